@@ -15,139 +15,141 @@ _PAPER_PRESETS = ("qwen2.5-1.5b", "qwen2.5-7b")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "default"
-  c = ml_collections.ConfigDict()
-  c.seed = 0
+    variant = arg or "default"
+    c = ml_collections.ConfigDict()
+    c.seed = 0
 
-  c.model = ml_collections.ConfigDict()
-  c.model.preset = "tiny-1m"      # a name from agentic_jax.models.PRESETS
-  c.model.path = ""               # a local Hugging Face directory; overrides the preset
-  c.model.dtype = "float32"       # compute dtype
-  c.model.param_dtype = "float32"  # master weights
-  c.model.remat = "none"          # none | full | dots
-  c.model.attention_impl = "auto"  # xla | pallas | cudnn | auto
-  c.model.value_head = True        # the PPO critic on the policy trunk
+    c.model = ml_collections.ConfigDict()
+    c.model.preset = "tiny-1m"  # a name from agentic_jax.models.PRESETS
+    c.model.path = ""  # a local Hugging Face directory; overrides the preset
+    c.model.dtype = "float32"  # compute dtype
+    c.model.param_dtype = "float32"  # master weights
+    c.model.remat = "none"  # none | full | dots
+    c.model.attention_impl = "auto"  # xla | pallas | cudnn | auto
+    c.model.value_head = True  # the PPO critic on the policy trunk
 
-  c.tokenizer = ml_collections.ConfigDict()
-  c.tokenizer.path = ""           # empty: the built-in tokenizer for tiny models
+    c.tokenizer = ml_collections.ConfigDict()
+    c.tokenizer.path = ""  # empty: the built-in tokenizer for tiny models
 
-  c.training = ml_collections.ConfigDict()
-  c.training.batch_size = 32      # prompts per step
-  c.training.lr = 3e-4
-  c.training.end_lr_ratio = 0.1
-  c.training.warmup_steps = 5
-  c.training.max_grad_norm = 1.0
-  c.training.weight_decay = 0.0
-  c.training.total_steps = 60
-  c.training.max_length = 160     # prompt + response tokens per episode
-  c.training.ppo_epochs = 2
-  c.training.minibatches = 2
-  c.training.micro_batches = 1    # gradient accumulation inside the compiled step
-  c.training.max_skipped_updates = 5
+    c.training = ml_collections.ConfigDict()
+    c.training.batch_size = 32  # prompts per step
+    c.training.lr = 3e-4
+    c.training.end_lr_ratio = 0.1
+    c.training.warmup_steps = 5
+    c.training.max_grad_norm = 1.0
+    c.training.weight_decay = 0.0
+    c.training.total_steps = 60
+    c.training.max_length = 160  # prompt + response tokens per episode
+    c.training.ppo_epochs = 2
+    c.training.minibatches = 2
+    c.training.micro_batches = 1  # gradient accumulation inside the compiled step
+    c.training.max_skipped_updates = 5
 
-  c.environment = ml_collections.ConfigDict()
-  c.environment.timeout = 500      # ms per snippet
-  c.environment.memory_limit = 100  # MB per snippet
-  c.environment.whitelist = ("sympy", "numpy", "math")
-  c.environment.max_tool_calls = 4
-  c.environment.num_workers = 0    # 0: one per CPU
-  c.environment.tool_mode = "adaptive"  # adaptive | fixed | forbidden (direct-answer ablation)
-  c.environment.max_output_tokens = 32
+    c.environment = ml_collections.ConfigDict()
+    c.environment.timeout = 500  # ms per snippet
+    c.environment.memory_limit = 100  # MB per snippet
+    c.environment.whitelist = ("sympy", "numpy", "math")
+    c.environment.max_tool_calls = 4
+    c.environment.num_workers = 0  # 0: one per CPU
+    c.environment.tool_mode = "adaptive"  # adaptive | fixed | forbidden (direct-answer ablation)
+    c.environment.max_output_tokens = 32
 
-  c.rl = ml_collections.ConfigDict()
-  c.rl.algorithm = "ppo"          # ppo | grpo | reinforce_pp
-  c.rl.gamma = 1.0
-  c.rl.lam = 0.95
-  c.rl.group_size = 4             # samples per prompt
-  c.rl.clip_low = 0.2
-  c.rl.clip_high = 0.28
-  c.rl.dual_clip = 0.0            # 0 disables; else the dual-clip constant c > 1
-  c.rl.value_clip = 0.2
-  c.rl.vf_coef = 0.5
-  c.rl.entropy_coef = 0.0
-  c.rl.kl_coef = 0.0
-  c.rl.kl_estimator = "k3"        # k1 | k3
-  c.rl.kl_in_reward = False
-  c.rl.loss_agg = "token_mean"    # token_mean | sequence_mean
-  c.rl.filter_equal_groups = False
-  c.rl.mask_truncated = False
-  c.rl.mask_void_turns = False
-  c.rl.format_penalty = 0.0
-  c.rl.tool_failure_penalty = 0.0
-  c.rl.overlong_penalty = 0.0
+    c.rl = ml_collections.ConfigDict()
+    c.rl.algorithm = "ppo"  # ppo | grpo | reinforce_pp
+    c.rl.gamma = 1.0
+    c.rl.lam = 0.95
+    c.rl.group_size = 4  # samples per prompt
+    c.rl.clip_low = 0.2
+    c.rl.clip_high = 0.28
+    c.rl.dual_clip = 0.0  # 0 disables; else the dual-clip constant c > 1
+    c.rl.value_clip = 0.2
+    c.rl.vf_coef = 0.5
+    c.rl.entropy_coef = 0.0
+    c.rl.kl_coef = 0.0
+    c.rl.kl_estimator = "k3"  # k1 | k3
+    c.rl.kl_in_reward = False
+    c.rl.loss_agg = "token_mean"  # token_mean | sequence_mean
+    c.rl.filter_equal_groups = False
+    c.rl.mask_truncated = False
+    c.rl.mask_void_turns = False
+    c.rl.format_penalty = 0.0
+    c.rl.tool_failure_penalty = 0.0
+    c.rl.overlong_penalty = 0.0
 
-  c.rollout = ml_collections.ConfigDict()
-  c.rollout.temperature = 1.0
-  c.rollout.top_p = 1.0
-  c.rollout.top_k = 0
-  c.rollout.eval_temperature = 0.0
+    c.rollout = ml_collections.ConfigDict()
+    c.rollout.temperature = 1.0
+    c.rollout.top_p = 1.0
+    c.rollout.top_k = 0
+    c.rollout.eval_temperature = 0.0
 
-  c.data = ml_collections.ConfigDict()
-  c.data.source = "curriculum"    # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
-  c.data.stages = ("arithmetic",)
-  c.data.max_difficulty = 1.0     # fraction of each stage's difficulty range used
-  c.data.test_fraction = 0.1
-  c.data.eval_size = 128
-  c.data.template = "zero"        # zero | chat
-  c.data.scheduler_threshold = 0.7
-  c.data.scheduler_window = 256
+    c.data = ml_collections.ConfigDict()
+    c.data.source = "curriculum"  # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
+    c.data.stages = ("arithmetic",)
+    c.data.max_difficulty = 1.0  # fraction of each stage's difficulty range used
+    c.data.test_fraction = 0.1
+    c.data.eval_size = 128
+    c.data.template = "zero"  # zero | chat
+    c.data.scheduler_threshold = 0.7
+    c.data.scheduler_window = 256
 
-  c.warmstart = ml_collections.ConfigDict()
-  c.warmstart.enabled = True
-  c.warmstart.steps = 300
-  c.warmstart.batch_size = 32
-  c.warmstart.lr = 2e-3
-  c.warmstart.tool_fraction = 0.1  # small, so that code use must grow under RL
+    c.warmstart = ml_collections.ConfigDict()
+    c.warmstart.enabled = True
+    c.warmstart.steps = 300
+    c.warmstart.batch_size = 32
+    c.warmstart.lr = 2e-3
+    c.warmstart.tool_fraction = 0.1  # small, so that code use must grow under RL
 
-  c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = 1
-  c.mesh.fsdp = -1                # -1 takes the remaining devices
-  c.mesh.tensor = 1
-
-  c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every_steps = 20
-  c.checkpoint.keep = 3
-  c.checkpoint.async_save = True
-  c.checkpoint.init_from = ""     # a checkpoint directory to start from (skips warm start)
-
-  c.logging = ml_collections.ConfigDict()
-  c.logging.every_steps = 1
-  c.logging.tensorboard = True
-  c.logging.progress = True
-  c.logging.plots = True
-
-  if variant == "smoke":
-    c.model.preset = "tiny-0.2m"
-    c.training.batch_size = 4
-    c.training.total_steps = 4
-    c.training.max_length = 96
-    c.training.ppo_epochs = 1
-    c.training.minibatches = 1
-    c.rl.group_size = 2
-    c.warmstart.steps = 10
-    c.data.eval_size = 8
-    c.checkpoint.every_steps = 2
-    c.logging.plots = False
-  elif variant in _PAPER_PRESETS:
-    c.model.preset = variant
-    c.model.dtype = "bfloat16"
-    c.model.remat = "full"
-    c.model.attention_impl = "auto"
-    c.training.batch_size = 512
-    c.training.lr = 3e-5
-    c.training.end_lr_ratio = 0.0
-    c.training.warmup_steps = 5000
-    c.training.total_steps = 100_000
-    c.training.max_length = 512
-    c.training.micro_batches = 2
-    c.data.stages = ("arithmetic", "algebra", "calculus", "proof")
-    c.data.template = "chat"
-    c.warmstart.enabled = False
+    c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1
-    c.mesh.fsdp = -1
+    c.mesh.fsdp = -1  # -1 takes the remaining devices
     c.mesh.tensor = 1
-    c.checkpoint.every_steps = 500
-  elif variant != "default":
-    raise ValueError(f"unknown config variant {variant!r}; expected one of "
-                     f"'smoke', {', '.join(repr(p) for p in _PAPER_PRESETS)} or none")
-  return c
+
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every_steps = 20
+    c.checkpoint.keep = 3
+    c.checkpoint.async_save = True
+    c.checkpoint.init_from = ""  # a checkpoint directory to start from (skips warm start)
+
+    c.logging = ml_collections.ConfigDict()
+    c.logging.every_steps = 1
+    c.logging.tensorboard = True
+    c.logging.progress = True
+    c.logging.plots = True
+
+    if variant == "smoke":
+        c.model.preset = "tiny-0.2m"
+        c.training.batch_size = 4
+        c.training.total_steps = 4
+        c.training.max_length = 96
+        c.training.ppo_epochs = 1
+        c.training.minibatches = 1
+        c.rl.group_size = 2
+        c.warmstart.steps = 10
+        c.data.eval_size = 8
+        c.checkpoint.every_steps = 2
+        c.logging.plots = False
+    elif variant in _PAPER_PRESETS:
+        c.model.preset = variant
+        c.model.dtype = "bfloat16"
+        c.model.remat = "full"
+        c.model.attention_impl = "auto"
+        c.training.batch_size = 512
+        c.training.lr = 3e-5
+        c.training.end_lr_ratio = 0.0
+        c.training.warmup_steps = 5000
+        c.training.total_steps = 100_000
+        c.training.max_length = 512
+        c.training.micro_batches = 2
+        c.data.stages = ("arithmetic", "algebra", "calculus", "proof")
+        c.data.template = "chat"
+        c.warmstart.enabled = False
+        c.mesh.data = 1
+        c.mesh.fsdp = -1
+        c.mesh.tensor = 1
+        c.checkpoint.every_steps = 500
+    elif variant != "default":
+        raise ValueError(
+            f"unknown config variant {variant!r}; expected one of "
+            f"'smoke', {', '.join(repr(p) for p in _PAPER_PRESETS)} or none"
+        )
+    return c
