@@ -1,0 +1,64 @@
+"""Two CPU processes on one machine form one 4-device runtime through jax.distributed."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_WORKER = Path(__file__).with_name("two_process_worker.py")
+_REPO = Path(__file__).resolve().parents[2]
+_TIMEOUT_S = 150
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
+    for var in ("SLURM_JOB_ID", "OMPI_MCA_orte_hnp_uri", "CLUSTER_SPEC", "TPU_WORKER_HOSTNAMES"):
+        env.pop(var, None)
+    return env
+
+
+def test_two_processes_reduce_one_global_array():
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [
+        subprocess.Popen([sys.executable, str(_WORKER), address, str(pid)], env=_child_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for pid in range(2)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=_TIMEOUT_S)
+            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{err[-3000:]}"
+            outputs.append(json.loads(out.strip().splitlines()[-1]))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"two-process run did not finish within {_TIMEOUT_S} s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    first, second = outputs
+    assert [o["process_id"] for o in outputs] == [0, 1]
+    assert [o["main"] for o in outputs] == [True, False]
+    assert first["rows"] == [0, 1, 2, 3] and second["rows"] == [4, 5, 6, 7]
+    for out in outputs:
+        assert out["source"] == "flags"
+        assert out["summary"] == "devices: 4 global (2 local) across 2 processes"
+        assert out["global_shape"] == [8, 3]
+        assert out["mean"] == pytest.approx(3.5)
+        assert out["psum"] == pytest.approx(3 * sum(range(8)))
+    assert first["mean"] == second["mean"] and first["psum"] == second["psum"]
