@@ -1,0 +1,158 @@
+"""Episode and batch types: token sequences with the masks and statistics training needs.
+
+Episodes are token-in / token-out: the response is the exact token sequence the policy produced
+plus the exact tokens of each tool output that was fed back. Text is only ever derived from
+tokens (decoding), never the other way round, so what the reward reads is what the trainer scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+FINISH_REASONS = ("eos", "answer", "length", "tools")
+
+
+@dataclasses.dataclass
+class Episode:
+    """One prompt's multi-turn rollout.
+
+    Attributes:
+      prompt_tokens: the prompt as fed to the model.
+      response_tokens: everything after the prompt: model tokens and tool-output tokens.
+      loss_mask: per response token, 1 for a token the policy sampled and 0 for a tool token.
+      logprobs: per response token, the sampler's log-probability (temperature 1); 0 for tools.
+      values: per response token, the critic's value before sampling it (0 without a critic).
+      text: the decoded response (what the reward reads).
+      num_tool_calls / num_tool_failures: executed snippets and how many of them failed.
+      finish_reason: one of FINISH_REASONS.
+      void_turn: a turn ended with neither a code block nor a final answer.
+      tool_budget / timeout_ms: what the tool controller set for this episode.
+      meta: caller data (problem index, group id, stage, ...).
+    """
+
+    prompt_tokens: list[int]
+    response_tokens: list[int] = dataclasses.field(default_factory=list)
+    loss_mask: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    values: list[float] = dataclasses.field(default_factory=list)
+    text: str = ""
+    num_tool_calls: int = 0
+    num_tool_failures: int = 0
+    tool_errors: list[str] = dataclasses.field(default_factory=list)
+    tool_ms: float = 0.0
+    finish_reason: str = ""
+    void_turn: bool = False
+    tool_budget: int = 0
+    timeout_ms: int = 0
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def add_model_tokens(self, tokens: Sequence[int], logprobs: Sequence[float],
+                         values: Sequence[float]) -> None:
+        self.response_tokens.extend(int(t) for t in tokens)
+        self.loss_mask.extend([1] * len(tokens))
+        self.logprobs.extend(float(x) for x in logprobs)
+        self.values.extend(float(x) for x in values)
+
+    def add_tool_tokens(self, tokens: Sequence[int]) -> None:
+        self.response_tokens.extend(int(t) for t in tokens)
+        self.loss_mask.extend([0] * len(tokens))
+        self.logprobs.extend([0.0] * len(tokens))
+        self.values.extend([0.0] * len(tokens))
+
+    def truncate(self, length: int) -> None:
+        """Keeps the first ``length`` response tokens."""
+        del self.response_tokens[length:], self.loss_mask[length:]
+        del self.logprobs[length:], self.values[length:]
+
+    @property
+    def num_model_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    @property
+    def used_code(self) -> bool:
+        return self.num_tool_calls > 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+    """Episodes packed into right-padded arrays of one length T (numpy, ready to shard).
+
+    Index t of every per-token array refers to token t; ``sampler_logprobs[:, t]`` is the
+    log-probability of token t given tokens < t, so index 0 and all prompt positions are 0.
+
+    Attributes:
+      tokens: int32 [B, T]; positions: int32 [B, T];
+      loss_mask: float32 [B, T], 1 on sampled response tokens only;
+      sampler_logprobs, sampler_values: float32 [B, T];
+      response_start: int32 [B], index of the first response token; lengths: int32 [B];
+      rewards: float32 [B]; group_ids: int32 [B]; truncated, void_turn, used_code: bool [B];
+      num_tool_calls, num_tool_failures: int32 [B].
+    """
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    loss_mask: np.ndarray
+    sampler_logprobs: np.ndarray
+    sampler_values: np.ndarray
+    response_start: np.ndarray
+    lengths: np.ndarray
+    rewards: np.ndarray
+    group_ids: np.ndarray
+    truncated: np.ndarray
+    void_turn: np.ndarray
+    used_code: np.ndarray
+    num_tool_calls: np.ndarray
+    num_tool_failures: np.ndarray
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode], *, length: int, pad_id: int,
+                      rewards: Sequence[float] | None = None,
+                      group_ids: Sequence[int] | None = None) -> RolloutBatch:
+        n = len(episodes)
+        tokens = np.full((n, length), pad_id, np.int32)
+        mask = np.zeros((n, length), np.float32)
+        lps = np.zeros((n, length), np.float32)
+        vals = np.zeros((n, length), np.float32)
+        start = np.zeros((n,), np.int32)
+        lengths = np.zeros((n,), np.int32)
+        for i, ep in enumerate(episodes):
+            p, r = len(ep.prompt_tokens), len(ep.response_tokens)
+            if p + r > length:
+                raise ValueError(f"episode {i} has {p + r} tokens; the batch length is {length}")
+            tokens[i, :p] = ep.prompt_tokens
+            tokens[i, p:p + r] = ep.response_tokens
+            mask[i, p:p + r] = ep.loss_mask
+            lps[i, p:p + r] = ep.logprobs
+            vals[i, p:p + r] = ep.values
+            start[i], lengths[i] = p, p + r
+        return cls(
+            tokens=tokens,
+            positions=np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy(),
+            loss_mask=mask,
+            sampler_logprobs=lps,
+            sampler_values=vals,
+            response_start=start,
+            lengths=lengths,
+            rewards=np.asarray(rewards if rewards is not None else np.zeros(n), np.float32),
+            group_ids=np.asarray(group_ids if group_ids is not None else np.arange(n), np.int32),
+            truncated=np.asarray([e.truncated for e in episodes], bool),
+            void_turn=np.asarray([e.void_turn for e in episodes], bool),
+            used_code=np.asarray([e.used_code for e in episodes], bool),
+            num_tool_calls=np.asarray([e.num_tool_calls for e in episodes], np.int32),
+            num_tool_failures=np.asarray([e.num_tool_failures for e in episodes], np.int32),
+        )
+
+    def select(self, index: np.ndarray) -> RolloutBatch:
+        """The rows at ``index`` (an int array or a bool mask)."""
+        return RolloutBatch(**{f.name: getattr(self, f.name)[index]
+                               for f in dataclasses.fields(self)})
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])

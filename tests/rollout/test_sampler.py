@@ -1,0 +1,136 @@
+"""The compiled sampler: greedy equals the full forward, log-probs equal the model's, chunking
+and batch composition do not change samples, stops and truncation behave."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout.sampling import filter_logits, sample_tokens
+
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Transformer(CFG, rngs=nnx.Rngs(0))
+
+
+def _greedy_reference(model, prompt, n):
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(jnp.argmax(model(jnp.asarray([seq]))[0, -1])))
+    return seq[len(prompt):]
+
+
+def test_greedy_equals_full_forward_ragged(model):
+    out = generate(model, PROMPTS, max_new_tokens=8, temperature=0.0)
+    assert out == [_greedy_reference(model, p, 8) for p in PROMPTS]
+
+
+def test_logprobs_and_values_match_the_model(model):
+    out, lps = generate(model, PROMPTS, max_new_tokens=6, temperature=1.0, seed=3,
+                        return_logprobs=True)
+    for p, o, lp in zip(PROMPTS, out, lps):
+        full = model.forward(jnp.asarray([p + o]))
+        ref = jax.nn.log_softmax(full.logits[0, len(p) - 1:-1], -1)[jnp.arange(len(o)),
+                                                                     jnp.asarray(o)]
+        np.testing.assert_allclose(lp, ref, atol=1e-5)
+    sampler = Sampler(model, max_len=32)
+    state = sampler.prefill(PROMPTS)
+    keys = jax.random.split(jax.random.key(0), 3)
+    _, toks, _, vals, count, _ = sampler.decode(
+        state, keys, active=np.ones(3, bool), budget=np.full(3, 4), stop_ids=[],
+        params=SamplingParams(temperature=0.0), num_steps=4)
+    toks, vals = np.asarray(toks), np.asarray(vals)
+    for b, p in enumerate(PROMPTS):
+        full = model.forward(jnp.asarray([p + toks[b].tolist()]))
+        np.testing.assert_allclose(vals[b], full.values[0, len(p) - 1:len(p) + 3], atol=1e-5)
+
+
+def test_samples_do_not_depend_on_chunking_or_batch_mates(model):
+    keys = jax.random.split(jax.random.key(7), 3)
+    params = SamplingParams(temperature=1.0)
+    sampler = Sampler(model, max_len=32)
+
+    def run(chunks, active):
+        state = sampler.prefill(PROMPTS)
+        got = [[] for _ in PROMPTS]
+        for n in chunks:
+            state, toks, _, _, count, _ = sampler.decode(
+                state, keys, active=active, budget=np.full(3, 12), stop_ids=[],
+                params=params, num_steps=n)
+            for b in range(3):
+                got[b] += np.asarray(toks)[b, :int(count[b])].tolist()
+        return got
+
+    one = run([12], np.ones(3, bool))
+    chunked = run([5, 4, 3], np.ones(3, bool))
+    alone = run([12], np.asarray([False, True, False]))
+    assert one == chunked
+    assert alone[1] == one[1] and alone[0] == [] and alone[2] == []
+
+
+def test_stop_tokens_and_budget(model):
+    free = generate(model, PROMPTS, max_new_tokens=10, temperature=0.0)
+    stop = free[1][3]
+    out = generate(model, PROMPTS, max_new_tokens=10, temperature=0.0, stop_tokens=[stop])
+    for f, o in zip(free, out):
+        cut = f.index(stop) + 1 if stop in f else len(f)
+        assert o == f[:cut]
+
+
+def test_set_lengths_rolls_back(model):
+    sampler = Sampler(model, max_len=32)
+    keys = jax.random.split(jax.random.key(1), 3)
+    greedy = SamplingParams(temperature=0.0)
+    state = sampler.prefill(PROMPTS)
+    state, toks, _, _, _, _ = sampler.decode(state, keys, active=np.ones(3, bool),
+                                             budget=np.full(3, 5), stop_ids=[], params=greedy,
+                                             num_steps=5)
+    first = np.asarray(toks)
+    # Roll every row back by 3 tokens, re-append them, and decode on: same as never rolling back.
+    lengths = np.asarray([len(p) + 2 for p in PROMPTS])
+    state = sampler.set_lengths(state, lengths)
+    state = sampler.append(state, [first[b, 2:5].tolist() for b in range(3)])
+    state, toks, _, _, _, _ = sampler.decode(state, keys, active=np.ones(3, bool),
+                                             budget=np.full(3, 3), stop_ids=[], params=greedy,
+                                             num_steps=3)
+    full = generate(model, PROMPTS, max_new_tokens=8, temperature=0.0)
+    np.testing.assert_array_equal(np.asarray(toks), np.asarray([f[5:8] for f in full]))
+
+
+def test_filter_logits_top_k_top_p():
+    logits = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05]]))
+    keep = lambda x: np.isfinite(np.asarray(x)) & (np.asarray(x) > -1e30)
+    assert keep(filter_logits(logits, top_k=2, top_p=1.0)).tolist() == [[True, True, False, False]]
+    assert keep(filter_logits(logits, top_k=0, top_p=0.7)).tolist() == [[True, True, False, False]]
+    assert keep(filter_logits(logits, top_k=0, top_p=0.5)).tolist() == [[True, False, False, False]]
+    assert keep(filter_logits(logits, top_k=0, top_p=1.0)).all()
+
+
+def test_truncated_sampling_stays_in_the_nucleus():
+    logits = jnp.tile(jnp.log(jnp.asarray([[0.6, 0.3, 0.07, 0.03]])), (512, 1))
+    keys = jax.random.split(jax.random.key(0), 512)
+    toks, lps = sample_tokens(logits, keys, temperature=1.0, top_p=0.8, use_filter=True)
+    assert set(np.asarray(toks).tolist()) == {0, 1}
+    # Log-probs are under the untruncated policy.
+    np.testing.assert_allclose(np.asarray(lps), np.log([0.6, 0.3])[np.asarray(toks)], rtol=1e-5)
+    greedy, _ = sample_tokens(logits, keys, temperature=0.0)
+    assert (np.asarray(greedy) == 0).all()
+
+
+def test_bad_arguments(model):
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1.0)
+    with pytest.raises(ValueError, match="empty"):
+        Sampler(model, max_len=16).prefill([[1], []])
+    with pytest.raises(ValueError, match="max_len"):
+        Sampler(model, max_len=4).prefill([[1, 2, 3, 4, 5]])
