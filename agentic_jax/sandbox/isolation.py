@@ -1,0 +1,131 @@
+"""OS isolation: per-worker namespaces and filesystem view, per-snippet limits and identity.
+
+Worker level (paid once): private network, mount, IPC, UTS and PID namespaces; a filesystem
+view where every top-level directory except the system ones is replaced by an empty tmpfs that
+re-exposes only the Python import paths; everything read-only except a small scratch tmpfs.
+Snippet level (paid per fork, a few syscalls): new session, resource limits, dropped
+privileges, no_new_privs + seccomp.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+from agentic_jax.sandbox import syscalls
+
+# Top-level directories a Python process needs to see; everything else is hidden.
+SYSTEM_DIRS = frozenset({"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
+                         "proc", "sys"})
+SCRATCH_ROOT = "/tmp"  # the scratch tmpfs is mounted at SCRATCH_ROOT/sandbox inside the namespace
+
+
+def import_paths() -> list[str]:
+    """Real paths the interpreter may import from, outermost first, nested ones dropped."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  package_root, *sys.path]
+    paths = sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
+    kept: list[str] = []
+    for path in paths:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def enter_namespaces(is_root: bool) -> dict[str, bool]:
+    """Unshare net/mount/IPC/UTS (and PID for later children) for the calling worker.
+
+    As root the namespaces are created directly; otherwise through a user namespace where
+    the worker maps itself to root. Returns which namespace layers took effect.
+    """
+    flags = (syscalls.CLONE_NEWNS | syscalls.CLONE_NEWNET | syscalls.CLONE_NEWIPC
+             | syscalls.CLONE_NEWUTS | syscalls.CLONE_NEWPID)
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        syscalls.unshare(flags if is_root else flags | syscalls.CLONE_NEWUSER)
+    except OSError:
+        return {"network_namespace": False, "mount_namespace": False, "pid_namespace": False}
+    if not is_root:
+        _map_ids(uid, gid)
+    return {"network_namespace": True, "mount_namespace": True, "pid_namespace": True}
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"0 {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"0 {gid} 1")
+
+
+def build_filesystem_view(scratch_mb: int) -> str:
+    """Inside a fresh mount namespace: hide, re-expose, freeze, and mount the scratch tmpfs.
+
+    Top-level directories outside SYSTEM_DIRS become empty (files become /dev/null), except
+    for the import paths bound back in; then the whole tree is made read-only.
+
+    Must run in the PID namespace's first process so that the new /proc shows only the
+    worker's own processes. Returns the scratch directory. Raises OSError on failure.
+    """
+    syscalls.mount("none", "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE, None)
+    syscalls.mount("proc", "/proc", "proc",
+                   syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC, None)
+    keep = import_paths()
+    handles = {path: os.open(path, os.O_PATH) for path in keep}
+    try:
+        for entry in sorted(os.listdir("/")):
+            top = "/" + entry
+            if entry in SYSTEM_DIRS or os.path.islink(top):
+                continue
+            if os.path.isdir(top):
+                _hide(top, [p for p in keep if p.startswith(top + "/")], handles)
+            elif os.path.isfile(top):  # e.g. container metadata next to the system dirs
+                syscalls.mount("/dev/null", top, None, syscalls.MS_BIND, None)
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    scratch = os.path.join(SCRATCH_ROOT, "sandbox")
+    os.makedirs(scratch, exist_ok=True)
+    syscalls.make_tree_readonly("/")
+    syscalls.mount("tmpfs", scratch, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV,
+                   f"size={scratch_mb}m,nr_inodes=4096,mode=0755")
+    return scratch
+
+
+def _hide(top: str, keep: list[str], handles: dict[str, int]) -> None:
+    """Cover `top` with an empty tmpfs, then bind the kept import paths back in place."""
+    syscalls.mount("tmpfs", top, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV, "mode=0755")
+    for path in keep:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        syscalls.mount(f"/proc/self/fd/{handles[path]}", path, None,
+                       syscalls.MS_BIND | syscalls.MS_REC, None)
+
+
+def apply_snippet_limits(memory_bytes: int, file_bytes: int, open_files: int) -> None:
+    """Hard resource limits (soft == hard, so the code cannot raise them).
+
+    CPU time starts at an hour and is lowered per request, once the timeout is known.
+    """
+    for limit, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_FSIZE, file_bytes),
+                         (resource.RLIMIT_NOFILE, open_files), (resource.RLIMIT_CORE, 0),
+                         (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_MEMLOCK, 0),
+                         (resource.RLIMIT_MSGQUEUE, 0)):
+        resource.setrlimit(limit, (value, value))
+    # SIGXCPU at the soft limit, SIGKILL one second later: a backstop to the parent's clock.
+    resource.setrlimit(resource.RLIMIT_CPU, (3600, 3601))
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become an unprivileged user with no supplementary groups (root only)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def current_address_space() -> int:
+    """Bytes of virtual address space the calling process maps now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
