@@ -1,0 +1,129 @@
+"""Hostile answers: every grade_answer call returns (False) within 1 s, also from many threads."""
+
+import concurrent.futures
+import time
+
+import pytest
+
+from agentic_jax.reward import extract_answer, grade_answer
+from agentic_jax.reward.parser import parse_answer
+from agentic_jax.reward.values import Scalar
+
+HOSTILE = [
+    "10**10**10",
+    r"9^{9^{9^9}}",
+    "9**9**9**9",
+    "1" * 100_000,
+    "{" * 5000 + "1" + "}" * 5000,
+    "(" * 5000 + ")" * 5000,
+    r"\boxed{" * 5000,
+    "2^{2^{2^{2^{2^{2}}}}}",
+    "10^{10^{10}} + 1",
+    "(10!)!",
+    "100000!",
+    r"\frac{1}{0}",
+    "0^0",
+    "0/0",
+    "x^{10^{10}}",
+    "(x+1)^{10^{10}}",
+    r"\sqrt{2}^{10^{10}}",
+    "e^{10^{10}}",
+    r"\sin(10^{1000})",
+    "1e99999999",
+    "2^{-10^{10}}",
+    "1/" + "9" * 999,
+    r"\binom{10^9}{5*10^8}",
+    "-" * 999 + "1",
+    "x^" * 300 + "x",
+    "((x+1)^{100}+(x+2)^{100})^{100}",
+    r"\begin{pmatrix}" + "1&" * 300 + r"1\end{pmatrix}",
+    "2^{99999}*3^{99999}*5^{99999}*7^{99999}*11^{99999}*13^{99999}",
+    "sqrt(2)^(sqrt(2)^(sqrt(2)^sqrt(2)))",
+    "1+" * 300 + "1",
+    "a" * 999,
+    r"\left(" * 400 + "1",
+    "gamma(10^10)",
+    r"\sqrt{" + "9" * 999 + "}",
+    "(" + "9" * 999 + ")^{1/3}",
+    r"\tan(\pi/2)",
+    "exp(exp(exp(exp(10))))",
+    "[" * 3000,
+    r"\frac{" * 2000,
+    "x = " * 300,
+    "|" * 999,
+    "\x00\x01 \\",
+    "\\" * 1000,
+    "é" * 500,
+    r"\begin{pmatrix}1\\",
+]
+REFERENCES = ["1", "10**10**10", r"9^{9^{9^9}}", "x", "2^{10^6}+1", "[1, 2)"]
+TIME_LIMIT_S = 1.0
+
+
+def _grade_all(pairs):
+    worst = 0.0
+    results = []
+    for predicted, reference in pairs:
+        start = time.monotonic()
+        results.append(grade_answer(predicted, reference))
+        worst = max(worst, time.monotonic() - start)
+    return worst, results
+
+
+def test_hostile_inputs_from_several_threads_are_bounded():
+    pairs = [(h, r) for h in HOSTILE for r in REFERENCES] + [
+        (r, h) for h in HOSTILE for r in REFERENCES
+    ]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = list(pool.map(_grade_all, [pairs[i::4] for i in range(4)]))
+    worst = max(w for w, _ in outcomes)
+    assert worst < TIME_LIMIT_S, f"slowest grade_answer call took {worst:.2f} s"
+    # Only the towers themselves (in either notation) and 0^0 = 1 match a reference.
+    matched = {
+        p
+        for (_, res), chunk in zip(outcomes, [pairs[i::4] for i in range(4)])
+        for p, ok in zip(chunk, res)
+        if ok
+    }
+    towers = {"10**10**10", r"9^{9^{9^9}}", "9**9**9**9"}
+    assert {frozenset(p) for p in matched} <= {
+        frozenset({"0^0", "1"}),
+        frozenset({r"9^{9^{9^9}}", "9**9**9**9"}),
+    } | {frozenset({t}) for t in towers}
+
+
+def test_huge_power_is_kept_unevaluated():
+    value = parse_answer(r"9^{9^{9^9}}")
+    assert isinstance(value, Scalar) and value.node.deferred
+    assert grade_answer(r"9^{9^{9^9}}", "9**9**9**9")
+    assert not grade_answer(r"9^{9^{9^9}}", r"9^{9^{9^9}} + 1")
+
+
+def test_identical_overlong_answers_match_verbatim():
+    long_answer = "1" * 100_000
+    assert grade_answer(long_answer, long_answer)
+    assert not grade_answer(long_answer, "1")
+
+
+@pytest.mark.parametrize("text", [r"\boxed{" * 5000, "{" * 5000 + "}" * 5000, "a" * 100_000])
+def test_extract_answer_is_linear_on_hostile_text(text):
+    start = time.monotonic()
+    extract_answer(text)
+    assert time.monotonic() - start < TIME_LIMIT_S
+
+
+def test_grading_uses_no_eval(monkeypatch):
+    """Model text never reaches eval/exec or sympify."""
+    import builtins
+
+    import sympy
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("model text was evaluated")
+
+    monkeypatch.setattr(builtins, "eval", forbidden)
+    monkeypatch.setattr(builtins, "exec", forbidden)
+    monkeypatch.setattr(sympy, "sympify", forbidden)
+    monkeypatch.setattr(sympy, "parse_expr", forbidden)
+    assert grade_answer("__import__('os').system('true')", "0") is False
+    assert grade_answer(r"\frac{x^2-1}{x-1}", "x+1")
