@@ -1,0 +1,206 @@
+"""Problem sources named by `data.source`: the curriculum, a jsonl file, tensorflow-datasets.
+
+    curriculum                      the generated curriculum (split "train" or "test")
+    jsonl:PATH                      one JSON object per line: question, answer, optional tests
+    gsm8k                           tfds GSM8K; the answer after "####", commas removed
+    math_dataset/<module>           tfds DeepMind mathematics, e.g. math_dataset/algebra__linear_1d
+
+Dataset rows become `Problem`s with stage "external". A malformed row is skipped, counted in
+`SourceStats` and logged; it never stops an epoch. tensorflow-datasets is imported only when a
+tfds source is loaded, through `tfds.data_source`, which needs no TensorFlow (prepare the data
+once with `file_format="array_record"`; nothing is downloaded here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+from agentic_jax.data import checks, symbolic
+from agentic_jax.data.curriculum import generate_curriculum
+from agentic_jax.data.problem import Problem
+from agentic_jax.data.split import split_problems
+
+_TFDS_BUILDER_MODULES = (
+    "tensorflow_datasets.text.gsm8k",
+    "tensorflow_datasets.datasets.math_dataset.math_dataset_dataset_builder",
+)
+_BYTES_REPR = re.compile(r"""b(['"])(.*)\1""", re.DOTALL)
+_GSM8K_CALC = re.compile(r"<<[^>]*>>")
+_REASONS_KEPT = 20
+
+
+@dataclasses.dataclass
+class SourceStats:
+    """Counts of a load: rows turned into problems and malformed rows skipped (with reasons)."""
+
+    loaded: int = 0
+    skipped: int = 0
+    reasons: list[str] = dataclasses.field(default_factory=list)
+
+    def skip(self, where: str, why: str) -> None:
+        """Counts one malformed row and logs why."""
+        self.skipped += 1
+        if len(self.reasons) < _REASONS_KEPT:
+            self.reasons.append(f"{where}: {why}")
+        logging.warning("skipping malformed row %s: %s", where, why)
+
+
+def _text(value: Any, field: str) -> str:
+    """A dataset field as clean text: bytes decoded, a printed b'...' unwrapped, edges trimmed."""
+    if value is None:
+        raise ValueError(f"field {field!r}: missing")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"field {field!r}: expected text, got {type(value).__name__}")
+    text = str(value).strip()
+    match = _BYTES_REPR.fullmatch(text)
+    if match:
+        text = match.group(2)
+    while text.endswith("\\n"):
+        text = text[:-2]
+    text = text.strip()
+    if not text:
+        raise ValueError(f"field {field!r}: empty")
+    return text
+
+
+def normalise_gsm8k_answer(solution: str) -> str:
+    """The final answer of a GSM8K solution: after the last "####", no commas, $ or final dot."""
+    if "####" not in solution:
+        raise ValueError("field 'answer': no '####' final answer")
+    answer = solution.rsplit("####", 1)[1].strip()
+    answer = re.sub(r"(?<=\d),(?=\d{3})", "", answer).replace("$", "").rstrip(".").strip()
+    if not answer:
+        raise ValueError("field 'answer': empty after '####'")
+    return answer
+
+
+def numeric_tests(answer: str) -> str:
+    """A value test when the answer is a plain number, else "" (graded by equivalence only)."""
+    try:
+        value = Fraction(answer)
+    except (ValueError, ZeroDivisionError):
+        return ""
+    return checks.value_test(symbolic.num(value))
+
+
+def _external(problem_id: str, kind: str, question: str, answer: str, tests: str | None = None,
+              direct: str = "") -> Problem:
+    return Problem(
+        id=problem_id, stage="external", difficulty=0.0, question=question, answer=answer,
+        solution_code="", tests=numeric_tests(answer) if tests is None else tests,
+        direct_solution=direct, kind=kind, meta={"source": kind},
+    )
+
+
+def _jsonl_rows(path: str, stats: SourceStats) -> Iterator[Problem]:
+    name = os.path.basename(path)
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+                tests = row.get("tests")
+                if tests is not None and not isinstance(tests, str):
+                    raise ValueError("field 'tests': expected a string")
+                question, answer = _text(row.get("question"), "question"), _text(
+                    row.get("answer"), "answer")
+            except ValueError as err:  # json.JSONDecodeError is a ValueError too
+                stats.skip(where, str(err))
+                continue
+            yield _external(f"jsonl:{name}:{line_no}", "jsonl", question, answer, tests)
+
+
+def _gsm8k_problem(index: int, row: Mapping[str, Any]) -> Problem:
+    solution = _text(row.get("answer"), "answer")
+    reasoning = _GSM8K_CALC.sub("", solution.rsplit("####", 1)[0]).strip()
+    return _external(f"gsm8k:{index}", "gsm8k", _text(row.get("question"), "question"),
+                     normalise_gsm8k_answer(solution), direct=reasoning)
+
+
+def _math_dataset_problem(name: str, index: int, row: Mapping[str, Any]) -> Problem:
+    return _external(f"{name}:{index}", name, _text(row.get("question"), "question"),
+                     _text(row.get("answer"), "answer"))
+
+
+def _tfds_rows(spec: str, split: str, data_dir: str | None, stats: SourceStats
+               ) -> Iterator[Problem]:
+    import tensorflow_datasets as tfds  # heavy; only for tfds sources
+
+    for module in _TFDS_BUILDER_MODULES:  # registers the builders without TensorFlow
+        importlib.import_module(module)
+    try:
+        rows = tfds.data_source(spec, split=split, data_dir=data_dir, download=False)
+    except Exception as err:  # tfds raises many types; all mean "not available here"
+        raise ValueError(f"data.source={spec!r}: cannot open split {split!r} (data_dir="
+                         f"{data_dir}): {type(err).__name__}: {str(err).splitlines()[0]}"
+                         ) from err
+    for index in range(len(rows)):
+        try:
+            row = rows[index]
+            if spec == "gsm8k":
+                yield _gsm8k_problem(index, row)
+            else:
+                yield _math_dataset_problem(spec, index, row)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+            stats.skip(f"{spec}[{split}][{index}]", str(err))
+
+
+def _curriculum(split: str, seed: int, test_fraction: float) -> list[Problem]:
+    if split not in ("train", "test"):
+        raise ValueError(f"split: the curriculum has 'train' and 'test', got {split!r}")
+    train, test = split_problems(generate_curriculum(seed), test_fraction, seed)
+    return train if split == "train" else test
+
+
+def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction: float = 0.1,
+                data_dir: str | None = None, limit: int | None = None,
+                stats: SourceStats | None = None) -> list[Problem]:
+    """Loads the problems a `data.source` spec names (see the module docstring).
+
+    Args:
+      spec: "curriculum", "jsonl:PATH", "gsm8k" or "math_dataset/<module>".
+      split: "train"/"test" for the curriculum, the tfds split name for tfds sources; a jsonl
+        file is its own split.
+      seed, test_fraction: curriculum generation and its train/test split.
+      data_dir: tfds data directory (prepared offline).
+      limit: at most this many problems.
+      stats: filled with the loaded and skipped counts.
+    """
+    stats = stats if stats is not None else SourceStats()
+    rows: Iterable[Problem]
+    if spec == "curriculum":
+        rows = _curriculum(split, seed, test_fraction)
+    elif spec.startswith("jsonl:"):
+        path = spec[len("jsonl:"):]
+        if not os.path.isfile(path):
+            raise ValueError(f"data.source={spec!r}: no such file {path!r}")
+        rows = _jsonl_rows(path, stats)
+    elif spec == "gsm8k" or spec.startswith("math_dataset/"):
+        rows = _tfds_rows(spec, split, data_dir, stats)
+    else:
+        raise ValueError(f"data.source={spec!r}: expected 'curriculum', 'jsonl:PATH', 'gsm8k' "
+                         "or 'math_dataset/<module>'")
+    problems = []
+    for problem in rows:
+        if limit is not None and len(problems) >= limit:
+            break
+        problems.append(problem)
+    stats.loaded = len(problems)
+    if stats.skipped:
+        logging.warning("data.source=%s: skipped %d malformed rows, loaded %d", spec,
+                        stats.skipped, stats.loaded)
+    return problems

@@ -1,0 +1,111 @@
+"""Tokenizers: a checkpoint's own, or the built-in byte-level BPE for the tiny models.
+
+The built-in tokenizer is trained with the `tokenizers` library on curriculum text in the tool
+format. Every digit is its own token (arithmetic stays learnable for small models), the code
+and output fences are single tokens, and <|endoftext|> (end and padding), <|im_start|> and
+<|im_end|> are special tokens. It is committed under assets/ and rebuilt by
+tools/build_tokenizer.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentic_jax.data import prompts
+from agentic_jax.data.curriculum import generate_curriculum
+
+ASSET_DIR = Path(__file__).parent / "assets"
+EOS_TOKEN = "<|endoftext|>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (EOS_TOKEN, IM_START, IM_END)
+TOOL_TOKENS = ("```python", "```output", "```")
+DEFAULT_VOCAB_SIZE = 1024
+# Typical sandbox messages, so error text tokenizes compactly too.
+_ERROR_SAMPLES = (
+    "NameError: name 'x' is not defined",
+    "SyntaxError: invalid syntax",
+    "ZeroDivisionError: division by zero",
+    "TypeError: unsupported operand type(s)",
+    "TimeoutError: the code ran past its time limit",
+    "ImportError: only sympy, numpy and math can be imported",
+)
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """A checkpoint's tokenizer (transformers fast tokenizer), from local files only."""
+    from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
+
+    if not os.path.isdir(path):
+        raise ValueError(f"tokenizer path {str(path)!r}: expected a checkpoint directory")
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"tokenizer path {str(path)!r}: no loadable tokenizer "
+                         f"(tokenizer.json + tokenizer_config.json): {err}") from err
+
+
+def builtin_tokenizer() -> Any:
+    """The committed byte-level BPE of the built-in tiny models."""
+    return load_tokenizer(ASSET_DIR)
+
+
+def tokenizer_corpus(seed: int = 0) -> list[str]:
+    """Training text: prompts and tool/direct responses for the whole curriculum."""
+    texts = list(_ERROR_SAMPLES)
+    for problem in generate_curriculum(seed):
+        texts.append(prompts.format_prompt(problem.question))
+        texts.append(prompts.tool_solution_text(problem, problem.answer))
+        texts.append(prompts.direct_solution_text(problem))
+    return texts
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
+                    out_dir: str | os.PathLike[str] | None = None) -> Any:
+    """Trains the byte-level BPE on `texts`; saves it to `out_dir` when given.
+
+    Training is deterministic: the same texts give the same vocabulary and merges.
+
+    Returns:
+      A transformers `PreTrainedTokenizerFast` with the special tokens and ChatML template.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size: expected >= {256 + len(SPECIAL_TOKENS)} (bytes and "
+                         f"special tokens), got {vocab_size}")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(TOOL_TOKENS),
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer)
+    bpe.add_tokens([AddedToken(t, normalized=False, special=False) for t in TOOL_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN,
+        additional_special_tokens=[IM_START, IM_END],
+    )
+    tokenizer.chat_template = prompts.CHATML_TEMPLATE
+    if out_dir is not None:
+        _save(tokenizer, Path(out_dir))
+    return tokenizer
+
+
+def _save(tokenizer: Any, out_dir: Path) -> None:
+    """Saves an HF tokenizer directory that older transformers releases load as well."""
+    tokenizer.save_pretrained(str(out_dir))
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"  # the name every release knows
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
