@@ -1,0 +1,42 @@
+"""Sharding: device mesh, logical-axis rules, parameter/batch/cache shardings, multi-host start."""
+
+from agentic_jax.parallel.distributed import (
+    RuntimeInfo,
+    describe_devices,
+    global_batch_from_local,
+    initialize_distributed,
+    is_main_process,
+    process_shard_of,
+)
+from agentic_jax.parallel.mesh import MESH_AXES, make_mesh, mesh_from_config
+from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, logical_to_mesh_spec
+from agentic_jax.parallel.sharding import (
+    batch_sharding,
+    cache_shardings,
+    create_sharded_model,
+    param_shardings,
+    shard_batch,
+    shard_cache,
+    variable_sharding,
+)
+
+__all__ = [
+    "LOGICAL_AXIS_RULES",
+    "MESH_AXES",
+    "RuntimeInfo",
+    "batch_sharding",
+    "cache_shardings",
+    "create_sharded_model",
+    "describe_devices",
+    "global_batch_from_local",
+    "initialize_distributed",
+    "is_main_process",
+    "logical_to_mesh_spec",
+    "make_mesh",
+    "mesh_from_config",
+    "param_shardings",
+    "process_shard_of",
+    "shard_batch",
+    "shard_cache",
+    "variable_sharding",
+]
