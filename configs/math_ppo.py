@@ -120,6 +120,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.model.preset = "tiny-0.2m"
         c.training.batch_size = 4
         c.training.total_steps = 4
+        c.training.warmup_steps = 1
         c.training.max_length = 96
         c.training.ppo_epochs = 1
         c.training.minibatches = 1

@@ -1,6 +1,21 @@
-"""Run utilities: orbax checkpoints and metrics writers."""
+"""Run utilities: orbax checkpoints and metrics writers.
 
-from agentic_jax.utils.checkpoint import Checkpointer, Restored
-from agentic_jax.utils.metrics import MetricsWriter, read_metrics
+Names load lazily, so tools that only read metrics do not import JAX and orbax.
+"""
 
-__all__ = ["Checkpointer", "Restored", "MetricsWriter", "read_metrics"]
+import importlib
+
+_EXPORTS = {
+    "Checkpointer": "agentic_jax.utils.checkpoint",
+    "Restored": "agentic_jax.utils.checkpoint",
+    "MetricsWriter": "agentic_jax.utils.metrics",
+    "read_metrics": "agentic_jax.utils.metrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'agentic_jax.utils' has no attribute {name!r}")

@@ -1,0 +1,292 @@
+"""The RL training loop: rollouts with tools -> rewards -> advantages -> sharded PPO updates.
+
+One `Trainer` owns a run directory: ``checkpoints/`` (orbax), ``metrics.jsonl``,
+``tensorboard/``, ``config.json`` and, at the end, ``summary.json`` and the PNG curves.
+Constructing it on a directory with checkpoints resumes from the newest intact one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from agentic_jax.data import Problem, prompts
+from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
+from agentic_jax.data.sources import load_source
+from agentic_jax.parallel import batch_sharding, create_sharded_model, mesh_from_config
+from agentic_jax.reward import RewardConfig, compute_reward
+from agentic_jax.rl import builders, evaluation
+from agentic_jax.rl.experience import make_train_batch, minibatches
+from agentic_jax.rl.optim import make_optimizer
+from agentic_jax.rl.rollout_metrics import episode_metrics
+from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
+from agentic_jax.rollout import AgentConfig, AgentLoop, RolloutBatch, Sampler, SamplingParams
+from agentic_jax.rollout import ToolController
+from agentic_jax.utils import Checkpointer, MetricsWriter
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite updates; the last good checkpoint is kept."""
+
+
+class Trainer:
+    """Builds every component of a run from its config and runs it.
+
+    Args:
+      config: a `configs/math_ppo.py` config.
+      workdir: the run directory (created if missing).
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        builders.validate(config)
+        self.config, self.workdir = config, workdir
+        self.mesh = mesh_from_config(config.mesh)
+        self.tokenizer = builders.tokenizer(config)
+        self.pad_id = _pad_id(self.tokenizer)
+        self.model = self._build_model()
+        self.graphdef, state = nnx.split(self.model)
+        t = config.training
+        self.optimizer = make_optimizer(
+            lr=t.lr, warmup_steps=t.warmup_steps, total_steps=t.total_steps,
+            max_grad_norm=t.max_grad_norm, weight_decay=t.weight_decay,
+            end_lr_ratio=t.end_lr_ratio)
+        self.shardings = train_shardings(state, self.optimizer, self.mesh)
+        self.state = state
+        self.opt_state = self._init_opt_state()
+        self.ref_state = None
+        data_shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+        self.row_multiple = data_shards * t.micro_batches * t.minibatches
+        self.batch_sharding = batch_sharding(self.mesh, 2)
+        self.step_fn = make_train_step(
+            self.graphdef, self.optimizer, builders.loss_config(config), self.mesh,
+            t.micro_batches, shardings=self.shardings,
+            compute_dtype=None if config.model.dtype == config.model.param_dtype
+            else config.model.dtype)
+        self.experience_cfg = builders.experience_config(config, self.row_multiple)
+        self.reward_cfg = RewardConfig(
+            format_penalty=config.rl.format_penalty,
+            tool_failure_penalty=config.rl.tool_failure_penalty,
+            overlong_penalty=config.rl.overlong_penalty)
+        self.train_problems, self.test_problems = self._load_problems()
+        self.scheduler = CurriculumScheduler(
+            self.train_problems,
+            SchedulerConfig(threshold=config.data.scheduler_threshold,
+                            window=config.data.scheduler_window,
+                            min_samples=min(64, config.data.scheduler_window),
+                            stages=tuple(s for s in config.data.stages)),
+            seed=config.seed)
+        e = config.environment
+        self.controller = ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
+                                         mode=e.tool_mode)
+        from agentic_jax.sandbox import Sandbox
+
+        self.sandbox = Sandbox(builders.sandbox_config(config))
+        self.sampler = Sampler(self.model, max_len=t.max_length)
+        self.agent_cfg = AgentConfig(
+            max_length=t.max_length, max_output_tokens=e.max_output_tokens,
+            sampling=SamplingParams(temperature=config.rollout.temperature,
+                                    top_p=config.rollout.top_p, top_k=config.rollout.top_k))
+        self.checkpointer = Checkpointer(
+            os.path.join(workdir, "checkpoints"), every_steps=config.checkpoint.every_steps,
+            keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
+        self.step = 0
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_model(self):
+        cfg = self.config
+        if cfg.model.path:
+            from agentic_jax.models import from_pretrained
+
+            return from_pretrained(cfg.model.path, dtype=cfg.model.param_dtype, mesh=self.mesh,
+                                   value_head=bool(cfg.model.value_head))
+        model_cfg = builders.model_config(cfg, len(self.tokenizer))
+        return create_sharded_model(model_cfg, self.mesh, seed=cfg.seed)
+
+    def _init_opt_state(self):
+        init = jax.jit(functools.partial(init_opt_state, self.optimizer),
+                       out_shardings=self.shardings.opt_state)
+        return init(self.state)
+
+    def _load_problems(self) -> tuple[list[Problem], list[Problem]]:
+        d = self.config.data
+        stages = tuple(d.stages)
+        if d.source == "curriculum":
+            def pick(split):
+                problems = load_source("curriculum", split=split, seed=self.config.seed,
+                                       test_fraction=d.test_fraction)
+                return [p for p in problems
+                        if p.stage in stages and p.difficulty <= d.max_difficulty]
+            train, test = pick("train"), pick("test")
+        else:
+            train = load_source(d.source, split="train", seed=self.config.seed)
+            test = load_source(d.source, split="test", seed=self.config.seed)
+        if not train:
+            raise builders.ConfigError(f"data: no training problems for data.source="
+                                       f"{d.source!r}, data.stages={stages}")
+        test = test[:d.eval_size] if test else train[:d.eval_size]
+        return train, test
+
+    def make_prompt(self, problem: Problem, allow_tools: bool = True) -> list[int]:
+        text = prompts.format_prompt(problem.question, template=self.config.data.template,
+                                     tokenizer=self.tokenizer, allow_tools=allow_tools)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def make_agent(self, controller: ToolController, cfg: AgentConfig) -> AgentLoop:
+        return AgentLoop(self.sampler, self.tokenizer, self.sandbox, controller, cfg)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        tree = {"params": nnx.to_pure_dict(self.state), "opt_state": self.opt_state}
+        if self.ref_state is not None:
+            tree["ref_params"] = nnx.to_pure_dict(self.ref_state)
+        return tree
+
+    def _checkpoint_meta(self) -> dict[str, Any]:
+        return {"step": self.step, "scheduler": self.scheduler.state_dict(),
+                "controller": self.controller.state_dict(), "warm_started": True}
+
+    def save(self, *, force: bool = False) -> bool:
+        return self.checkpointer.maybe_save(self.step, self._checkpoint_state(),
+                                            self._checkpoint_meta(), force=force)
+
+    def restore(self) -> bool:
+        """Loads the newest intact checkpoint of this run (True) or leaves a fresh run (False)."""
+        if self._kl_needs_reference():
+            self.ref_state = self.state
+        restored = self.checkpointer.restore_latest(self._checkpoint_state())
+        if restored is None:
+            return False
+        tree = restored.state
+        nnx.replace_by_pure_dict(self.state, tree["params"])
+        self.state = jax.device_put(self.state, self.shardings.state)
+        self.opt_state = tree["opt_state"]
+        if "ref_params" in tree and self.ref_state is not None:
+            self.ref_state = jax.tree.map(lambda x: x, self.state)
+            nnx.replace_by_pure_dict(self.ref_state, tree["ref_params"])
+        self.step = restored.step
+        self.scheduler.load_state_dict(restored.meta.get("scheduler", {}))
+        self.controller.load_state_dict(restored.meta.get("controller", {}))
+        self.sampler.update_params(self.state)
+        logger.info("resumed from step %d (%s)", self.step, self.checkpointer.directory)
+        return True
+
+    def _kl_needs_reference(self) -> bool:
+        return self.config.rl.kl_coef > 0
+
+    # ------------------------------------------------------------------ one RL step
+
+    def rollout(self, step: int) -> tuple[RolloutBatch, list, list[Problem], dict[str, float]]:
+        """Samples the step's problems, runs the tool loop and grades every episode."""
+        g = self.config.rl.group_size
+        problems = self.scheduler.sample(self.config.training.batch_size)
+        jobs = [p for p in problems for _ in range(g)]
+        group_ids = np.repeat(np.arange(len(problems)), g)
+        rng = jax.random.fold_in(jax.random.key(self.config.seed), step)
+        episodes, timing = self.make_agent(self.controller, self.agent_cfg).run(
+            [self.make_prompt(p) for p in jobs], rng,
+            difficulties=[p.difficulty for p in jobs], stages=[p.stage for p in jobs])
+        t0 = time.perf_counter()
+        infos = [compute_reward(e.text, p.answer, cfg=self.reward_cfg,
+                                num_tool_calls=e.num_tool_calls,
+                                num_tool_failures=e.num_tool_failures,
+                                response_length=e.num_model_tokens,
+                                max_length=self.config.training.max_length)
+                 for e, p in zip(episodes, jobs)]
+        timing["reward_s"] = time.perf_counter() - t0
+        rollout = RolloutBatch.from_episodes(
+            episodes, length=self.config.training.max_length, pad_id=self.pad_id,
+            rewards=[i.reward for i in infos], group_ids=group_ids)
+        self.scheduler.update([(p, float(i.correct)) for p, i in zip(jobs, infos)])
+        return rollout, list(zip(episodes, infos)), jobs, timing
+
+    def update(self, rollout: RolloutBatch, step: int) -> dict[str, float]:
+        """PPO epochs over the step's batch; returns the averaged update metrics."""
+        batch, stats = make_train_batch(
+            rollout, self.experience_cfg, graphdef=self.graphdef, state=self.state,
+            ref_state=self.ref_state, batch_sharding=self.batch_sharding)
+        if batch is None:
+            return {**stats, "skipped": 1.0}
+        t = self.config.training
+        rng = np.random.default_rng([self.config.seed, step])
+        sums: dict[str, float] = {}
+        n = 0
+        for _ in range(t.ppo_epochs):
+            for mb in minibatches(batch, t.minibatches, rng, self.batch_sharding):
+                self.state, self.opt_state, metrics = self.step_fn(self.state, self.opt_state, mb)
+                metrics = jax.device_get(metrics)
+                self._check_finite(metrics)
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                n += 1
+        self.sampler.update_params(self.state)
+        out = {k: v / n for k, v in sums.items()}
+        out.update(stats)
+        return out
+
+    def _check_finite(self, metrics: dict[str, Any]) -> None:
+        if float(metrics.get("skipped", 0.0)) > 0:
+            self._skipped = getattr(self, "_skipped", 0) + 1
+            logger.warning("non-finite loss or gradient: update skipped (%d in a row)",
+                           self._skipped)
+            if self._skipped > self.config.training.max_skipped_updates:
+                raise TrainingDiverged(
+                    f"{self._skipped} consecutive non-finite updates; stopping with the last "
+                    f"good checkpoint in {self.checkpointer.directory}")
+        else:
+            self._skipped = 0
+
+    def train_step(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        rollout, graded, jobs, timing = self.rollout(step)
+        t1 = time.perf_counter()
+        update = self.update(rollout, step)
+        t2 = time.perf_counter()
+        metrics = episode_metrics(graded, jobs)
+        metrics.update({k: v for k, v in update.items()})
+        metrics["kl"] = update.get("kl_ref", update.get("approx_kl", 0.0))
+        tokens = float(rollout.lengths.sum())
+        metrics.update(
+            tokens_per_sec=tokens / max(t2 - t0, 1e-9),
+            time_rollout_s=t1 - t0, time_tools_s=timing.get("tool_wait_s", 0.0),
+            time_reward_s=timing.get("reward_s", 0.0), time_update_s=t2 - t1,
+            accelerator_idle_frac=timing.get("accelerator_idle_frac", 0.0),
+            stage=self.scheduler.current_stage)
+        metrics.update(self.controller.metrics())
+        return metrics
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self, problems: list[Problem] | None = None, *, tools: bool,
+                 num_samples: int = 1) -> dict[str, float]:
+        problems = self.test_problems if problems is None else problems
+        e = self.config.environment
+        cfg = evaluation.EvalConfig(
+            batch_size=self.config.training.batch_size * self.config.rl.group_size,
+            temperature=self.config.rollout.eval_temperature, num_samples=num_samples,
+            max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout)
+        return evaluation.evaluate(problems, agent_factory=self.make_agent,
+                                   make_prompt=self.make_prompt, agent_cfg=self.agent_cfg,
+                                   cfg=cfg, tools=tools, seed=self.config.seed)
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.sandbox.close()
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for tok in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tok is not None:
+            return int(tok)
+    return 0

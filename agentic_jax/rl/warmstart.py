@@ -1,0 +1,165 @@
+"""Warm start: supervised training on curriculum solutions before RL.
+
+A policy that has never seen the tool format cannot discover it, so the run begins with a short
+supervised phase on reference responses: mostly written-out `direct_solution`s, and a small
+fraction (``warmstart.tool_fraction``) of tool-using ones whose ```output blocks hold what the
+reference code really printed in the sandbox. Keeping that fraction small leaves the growth of
+code use to RL, which is the phenomenon under study.
+
+Examples are tokenised piecewise, exactly as a rollout builds them: the policy's text, then the
+tool output block (loss_mask 0, as in RL), then the policy's final answer. The update is the same
+compiled step as RL with a vanilla policy-gradient loss and advantage 1, i.e. token-mean
+cross-entropy on the policy's tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from agentic_jax.data import prompts as fmt
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartExample:
+    tokens: list[int]
+    loss_mask: list[int]
+    uses_tool: bool
+
+
+def build_example(problem: Any, prompt_tokens: list[int], tokenizer: Any, *,
+                  tool_output: str | None, max_length: int) -> WarmStartExample | None:
+    """One supervised example; with ``tool_output`` the tool-using response, else the direct one.
+
+    Returns None when the example does not fit in ``max_length`` tokens.
+    """
+    def enc(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    if tool_output is None:
+        pieces = [(enc(fmt.direct_solution_text(problem)), 1)]
+    else:
+        # The response is policy text, the environment's output block, policy text.
+        text = fmt.tool_solution_text(problem, tool_output)
+        block = fmt.format_tool_output(tool_output)
+        cut = text.index(block)
+        pieces = [(enc(text[:cut]), 1), (enc(block), 0), (enc(text[cut + len(block):]), 1)]
+    tokens, mask = list(prompt_tokens), [0] * len(prompt_tokens)
+    for piece, m in pieces:
+        tokens += piece
+        mask += [m] * len(piece)
+    if len(tokens) > max_length:
+        return None
+    return WarmStartExample(tokens, mask, tool_output is not None)
+
+
+def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list[int]],
+                   tokenizer: Any, run_code: Callable[[list[str]], list[Any]],
+                   tool_fraction: float, max_length: int, seed: int) -> list[WarmStartExample]:
+    """Examples for ``problems``; a seeded ``tool_fraction`` of them use the tool.
+
+    ``run_code`` runs reference solutions (the sandbox's ``run_batch``); a problem whose
+    reference fails there falls back to its direct solution.
+    """
+    if not 0.0 <= tool_fraction <= 1.0:
+        raise ValueError(f"warmstart.tool_fraction: expected a value in [0, 1], got "
+                         f"{tool_fraction}")
+    rng = random.Random(seed)
+    use_tool = [rng.random() < tool_fraction for _ in problems]
+    tool_idx = [i for i, u in enumerate(use_tool) if u]
+    results = run_code([problems[i].solution_code for i in tool_idx]) if tool_idx else []
+    outputs: dict[int, str] = {}
+    for i, res in zip(tool_idx, results):
+        if res.ok and res.stdout.strip():
+            outputs[i] = res.stdout
+    examples = []
+    for i, problem in enumerate(problems):
+        ex = build_example(problem, make_prompt(problem), tokenizer,
+                           tool_output=outputs.get(i), max_length=max_length)
+        if ex is not None:
+            examples.append(ex)
+    if not examples:
+        raise ValueError(f"warm start: no example fits training.max_length={max_length}")
+    return examples
+
+
+def pack_batch(examples: Sequence[WarmStartExample], *, length: int,
+               pad_id: int) -> dict[str, np.ndarray]:
+    """Right-padded arrays for the compiled step: an SFT batch in the RL batch's layout."""
+    n = len(examples)
+    tokens = np.full((n, length), pad_id, np.int32)
+    mask = np.zeros((n, length), np.float32)
+    for i, ex in enumerate(examples):
+        tokens[i, :len(ex.tokens)] = ex.tokens
+        mask[i, :len(ex.loss_mask)] = ex.loss_mask
+    zeros = np.zeros((n, length), np.float32)
+    return {
+        "tokens": tokens,
+        "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy(),
+        "loss_mask": mask,
+        "old_logprobs": zeros,
+        "advantages": mask.copy(),
+        "returns": zeros,
+    }
+
+
+def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
+    """Supervised warm start of ``trainer``'s policy in place; returns the last metrics.
+
+    Uses the run's mesh and the same compiled step as RL, with its own optimizer (``warmstart.lr``
+    with a short warmup and cosine decay over ``warmstart.steps``).
+    """
+    import jax
+    from tqdm.auto import tqdm
+
+    from agentic_jax.rl.losses import LossConfig
+    from agentic_jax.rl.optim import make_optimizer
+    from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
+
+    w, t = trainer.config.warmstart, trainer.config.training
+    steps, batch_size = int(w.steps), int(w.batch_size)
+    if steps <= 0 or batch_size <= 0:
+        raise ValueError(f"warmstart.steps and warmstart.batch_size must be positive, got "
+                         f"{steps}, {batch_size}")
+    if batch_size % trainer.row_multiple and trainer.row_multiple % batch_size:
+        batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
+    rng = random.Random(trainer.config.seed)
+    pool = list(trainer.train_problems)
+    needed = min(len(pool), steps * batch_size)
+    chosen = rng.sample(pool, needed)
+    examples = build_examples(
+        chosen, make_prompt=trainer.make_prompt, tokenizer=trainer.tokenizer,
+        run_code=trainer.sandbox.run_batch, tool_fraction=float(w.tool_fraction),
+        max_length=int(t.max_length), seed=trainer.config.seed)
+    optimizer = make_optimizer(lr=float(w.lr), warmup_steps=max(1, steps // 10),
+                               total_steps=steps, max_grad_norm=float(t.max_grad_norm))
+    shardings = train_shardings(trainer.state, optimizer, trainer.mesh)
+    loss_cfg = LossConfig(policy_loss="reinforce", value_coef=0.0, value_clip=None)
+    step_fn = make_train_step(trainer.graphdef, optimizer, loss_cfg, trainer.mesh, 1,
+                              shardings=shardings)
+    opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
+                        out_shardings=shardings.opt_state)(trainer.state)
+    state = trainer.state
+    metrics: dict[str, float] = {}
+    bar = tqdm(range(steps), desc="warm start", disable=not progress, leave=False)
+    for i in bar:
+        start = (i * batch_size) % len(examples)
+        rows = [examples[(start + j) % len(examples)] for j in range(batch_size)]
+        batch = pack_batch(rows, length=int(t.max_length), pad_id=trainer.pad_id)
+        batch = jax.device_put(batch, trainer.batch_sharding)
+        state, opt_state, m = step_fn(state, opt_state, batch)
+        if i % 20 == 0 or i == steps - 1:
+            metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+            bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
+    trainer.state = state
+    trainer.sampler.update_params(state)
+    tool_share = sum(e.uses_tool for e in examples) / len(examples)
+    return {"warmstart/loss": metrics.get("policy_loss", float("nan")),
+            "warmstart/examples": float(len(examples)),
+            "warmstart/tool_fraction": tool_share}

@@ -1,0 +1,83 @@
+r"""The main job: RL of a tool-using math policy.
+
+    python -m agentic_jax.train --config=configs/math_ppo.py [--workdir=DIR]
+        [--config.training.lr=1e-5 ...] [--coordinator_address=H:P --num_processes=P
+        --process_id=I]
+
+With no workdir the run goes to ``runs/<timestamp>`` (printed first). Rerunning the same command
+on the same workdir resumes from its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from agentic_jax.parallel import distributed
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (+ ':variant').",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<timestamp>).")
+_PROGRESS = flags.DEFINE_boolean("progress", True, "Show progress bars.")
+distributed.define_flags()
+
+# Errors that come from bad input: one clear line, exit code 2, no traceback.
+_USER_ERRORS = (ValueError, FileNotFoundError, TypeError, KeyError)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
+        return 2
+    config = _CONFIG.value
+    if config is None:
+        print("error: --config is required (e.g. --config=configs/math_ppo.py)", file=sys.stderr)
+        return 2
+    workdir = _WORKDIR.value or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+    print(f"workdir: {os.path.abspath(workdir)}", flush=True)
+    # Libraries log at WARNING and above; this package's own messages at INFO.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("agentic_jax").setLevel(logging.INFO)
+    try:
+        distributed.initialize_from_flags()
+        print(distributed.describe_devices(), flush=True)
+        from agentic_jax.rl.run import train  # after the runtime is initialised
+
+        summary = train(config, workdir, progress=_PROGRESS.value)
+    except _USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    _print_summary(summary)
+    return 0
+
+
+def _print_summary(s: dict) -> None:
+    i, f = s["initial"], s["final"]
+    print(
+        f"held-out accuracy with tools: {i['tools']['accuracy']:.3f} -> "
+        f"{f['tools']['accuracy']:.3f} ({s['accuracy_gain_tools']:+.3f}); "
+        f"without tools: {i['direct']['accuracy']:.3f} -> {f['direct']['accuracy']:.3f}; "
+        f"code-use rate: {s['code_use_rate_start']:.3f} -> {s['code_use_rate_end']:.3f}",
+        flush=True)
+
+
+def run() -> None:
+    try:
+        app.run(lambda argv: sys.exit(main(argv)))
+    except AttributeError as err:
+        # An override of a field the config does not have, raised while flags are parsed.
+        overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+        hint = " ".join(re.sub(r"\\n|[\\'\"]", " ", str(err)).split())
+        print(f"error: unknown config field in {' '.join(overrides)}: {hint}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

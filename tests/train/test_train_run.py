@@ -1,0 +1,100 @@
+"""The training run end to end on a tiny config: metrics, checkpoints, exact resume, fallback
+past a corrupted checkpoint, and divergence handling."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from agentic_jax.rl.run import train
+from agentic_jax.rl.trainer import Trainer, TrainingDiverged
+from agentic_jax.utils import read_metrics
+from train_testing import comparable, tiny_config
+
+REQUIRED = ("step", "reward", "accuracy", "code_use_rate", "exec_success_rate", "tool_calls",
+            "response_length", "kl", "entropy", "tokens_per_sec")
+
+
+def _records(workdir):
+    records, skipped = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert skipped == 0
+    return records
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("full"))
+    summary = train(tiny_config(), workdir, progress=False)
+    return workdir, summary
+
+
+def test_run_writes_metrics_checkpoints_and_summary(full_run):
+    workdir, summary = full_run
+    records = _records(workdir)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    for r in records:
+        assert all(k in r for k in REQUIRED), sorted(set(REQUIRED) - set(r))
+        assert 0.0 <= r["accuracy"] <= 1.0 and 0.0 <= r["code_use_rate"] <= 1.0
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints")))[-1] == "4"
+    assert os.listdir(os.path.join(workdir, "tensorboard"))
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["num_params"] > 0
+    with open(os.path.join(workdir, "summary.json")) as f:
+        on_disk = json.load(f)
+    assert on_disk["steps"] == summary["steps"] == 4
+    for phase in ("initial", "final"):
+        for mode in ("tools", "direct"):
+            assert 0.0 <= summary[phase][mode]["accuracy"] <= 1.0
+    assert summary["final"]["direct"]["code_use_rate"] == 0.0  # tools forbidden
+
+
+def test_restart_resumes_exactly(full_run, tmp_path):
+    workdir, _ = full_run
+    split = str(tmp_path / "split")
+    train(tiny_config(**{"training.total_steps": 2}), split, progress=False)
+    train(tiny_config(), split, progress=False)
+    one = [comparable(r) for r in _records(workdir)]
+    two = [comparable(r) for r in _records(split)]
+    assert [r["step"] for r in two] == [1, 2, 3, 4]
+    assert one == two
+
+
+def test_corrupted_newest_checkpoint_falls_back(full_run, tmp_path, caplog):
+    workdir, _ = full_run
+    copy = str(tmp_path / "copy")
+    shutil.copytree(workdir, copy)
+    for root, _, files in os.walk(os.path.join(copy, "checkpoints", "4")):
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"\0corrupt")
+    trainer = Trainer(tiny_config(), copy)
+    try:
+        assert trainer.restore()
+        assert trainer.step == 2
+    finally:
+        trainer.close()
+    assert any("step 4" in r.getMessage() for r in caplog.records)
+
+
+def test_repeated_non_finite_updates_stop_with_checkpoint_intact(tmp_path, monkeypatch):
+    workdir = str(tmp_path / "nan")
+    cfg = tiny_config(**{"training.total_steps": 6, "training.max_skipped_updates": 1,
+                         })
+    import agentic_jax.rl.trainer as trainer_mod
+
+    real = trainer_mod.Trainer.update
+
+    def poisoned(self, rollout, step):
+        if step >= 3:
+            rollout.rewards[:] = float("nan")
+        return real(self, rollout, step)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "update", poisoned)
+    with pytest.raises(TrainingDiverged):
+        train(cfg, workdir, progress=False)
+    trainer = Trainer(cfg, workdir)
+    try:
+        assert trainer.restore() and trainer.step == 2
+    finally:
+        trainer.close()
