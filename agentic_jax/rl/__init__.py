@@ -1,0 +1,76 @@
+"""RL math and the compiled update: advantage estimators, losses, filters, optimizer, train step."""
+
+from agentic_jax.rl.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageConfig,
+    get_advantage_estimator,
+    masked_whiten,
+    token_level_rewards,
+)
+from agentic_jax.rl.filters import (
+    FilterConfig,
+    episode_filter,
+    kept_indices,
+    mask_episodes,
+    nonuniform_group_mask,
+)
+from agentic_jax.rl.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    LossConfig,
+    Pooled,
+    aggregate,
+    entropy_from_logits,
+    explained_variance,
+    kl_estimate,
+    kl_penalized_rewards,
+    logprobs_and_entropy,
+    logprobs_from_logits,
+    loss_terms,
+    objective,
+)
+from agentic_jax.rl.optim import current_lr, make_optimizer
+from agentic_jax.rl.step import (
+    TrainBatch,
+    TrainShardings,
+    compute_logprobs,
+    init_opt_state,
+    make_train_step,
+    train_shardings,
+)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "AdvantageConfig",
+    "FilterConfig",
+    "LossConfig",
+    "Pooled",
+    "TrainBatch",
+    "TrainShardings",
+    "aggregate",
+    "compute_logprobs",
+    "current_lr",
+    "entropy_from_logits",
+    "episode_filter",
+    "explained_variance",
+    "get_advantage_estimator",
+    "init_opt_state",
+    "kept_indices",
+    "kl_estimate",
+    "kl_penalized_rewards",
+    "logprobs_and_entropy",
+    "logprobs_from_logits",
+    "loss_terms",
+    "make_optimizer",
+    "make_train_step",
+    "mask_episodes",
+    "masked_whiten",
+    "nonuniform_group_mask",
+    "objective",
+    "token_level_rewards",
+    "train_shardings",
+]

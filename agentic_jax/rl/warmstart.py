@@ -25,6 +25,8 @@ from agentic_jax.data import prompts as fmt
 
 logger = logging.getLogger(__name__)
 
+_LENGTH_BUCKET = 32
+
 
 @dataclasses.dataclass(frozen=True)
 class WarmStartExample:
@@ -151,7 +153,10 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     for i in bar:
         start = (i * batch_size) % len(examples)
         rows = [examples[(start + j) % len(examples)] for j in range(batch_size)]
-        batch = pack_batch(rows, length=int(t.max_length), pad_id=trainer.pad_id)
+        # Pad to the batch's longest example (rounded up, so only a few shapes compile).
+        longest = max(len(ex.tokens) for ex in rows)
+        length = min(int(t.max_length), -(-longest // _LENGTH_BUCKET) * _LENGTH_BUCKET)
+        batch = pack_batch(rows, length=length, pad_id=trainer.pad_id)
         batch = jax.device_put(batch, trainer.batch_sharding)
         state, opt_state, m = step_fn(state, opt_state, batch)
         if i % 20 == 0 or i == steps - 1:

@@ -1,0 +1,328 @@
+"""The compiled PPO update: one jit over the mesh with micro-batch accumulation and skip-on-NaN.
+
+The model crosses the jit boundary as `nnx.split(model) -> (graphdef, state)`; the step merges it
+inside. Only `nnx.Param` leaves are trained, other state passes through unchanged.
+
+Sharding: parameters and optimizer state keep the shardings given by `train_shardings` (from
+`agentic_jax.parallel.param_shardings`); batch rows are split over the ("data", "fsdp") mesh
+axes and replicated over "tensor"; metrics are replicated scalars.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from agentic_jax.rl import losses
+from agentic_jax.rl.optim import current_lr
+
+Array = jax.Array
+BATCH_AXES = ("data", "fsdp")
+
+
+@struct.dataclass
+class TrainBatch:
+    """One update's data; every field has leading dim B, [B, T] unless noted.
+
+    tokens int32: prompt + response, right padded. positions int32. loss_mask f32: 1 on
+    model-generated tokens only. old_logprobs f32: logp_old(tokens[:, t] | tokens[:, :t]) (index
+    0 unused). advantages, returns f32. Optional: old_values f32 (clipped value loss),
+    ref_logprobs f32 (KL to the reference), sampler_logprobs f32 (logprob_mismatch; defaults to
+    old_logprobs), segment_ids int32 (packed rows).
+    """
+
+    tokens: Array
+    positions: Array
+    loss_mask: Array
+    old_logprobs: Array
+    advantages: Array
+    returns: Array
+    old_values: Array | None = None
+    ref_logprobs: Array | None = None
+    sampler_logprobs: Array | None = None
+    segment_ids: Array | None = None
+
+
+def as_train_batch(batch: TrainBatch | dict[str, Array]) -> TrainBatch:
+    """A TrainBatch from itself or a dict of its fields (unknown keys are an error)."""
+    if isinstance(batch, TrainBatch):
+        return batch
+    unknown = set(batch) - set(TrainBatch.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"train batch: unknown fields {sorted(unknown)}")
+    return TrainBatch(**batch)
+
+
+class TrainShardings(NamedTuple):
+    state: Any  # pytree of NamedSharding matching the model state
+    opt_state: Any  # pytree of NamedSharding matching the optimizer state
+    batch: NamedSharding  # applied to every batch field
+
+
+def _params_and_rest(state: nnx.State) -> tuple[nnx.State, nnx.State]:
+    return nnx.split_state(state, nnx.Param, ...)
+
+
+def init_opt_state(optimizer: optax.GradientTransformation, state: nnx.State):
+    """The optimizer state for the trainable (nnx.Param) part of a model state."""
+    return optimizer.init(_params_and_rest(state)[0])
+
+
+def train_shardings(
+    state: nnx.State,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    state_shardings: Any = None,
+) -> TrainShardings:
+    """Shardings of the step's arguments. `state` may be abstract (jax.eval_shape); by default
+    the state's come from `agentic_jax.parallel.param_shardings`. Optimizer moments follow their
+    parameter, counters and scalars are replicated."""
+    if state_shardings is None:
+        from agentic_jax.parallel import param_shardings
+
+        state_shardings = param_shardings(state, mesh)
+    params, _ = _params_and_rest(state)
+    param_shardings_, _ = _params_and_rest(state_shardings)
+    abstract_opt = jax.eval_shape(optimizer.init, params)
+    replicated = NamedSharding(mesh, P())
+    opt_shardings = optax.tree_map_params(
+        optimizer,
+        lambda _, sharding: sharding,
+        abstract_opt,
+        param_shardings_,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, NamedSharding),
+    )
+    return TrainShardings(state_shardings, opt_shardings, NamedSharding(mesh, P(BATCH_AXES)))
+
+
+# ---------------------------------------------------------------------------- forward
+
+
+def _cast_floats(tree, dtype: str | None):
+    """Floating leaves cast to dtype (None: unchanged)."""
+    if dtype is None:
+        return tree
+    cast = lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+    return jax.tree.map(cast, tree)
+
+
+def _shift_right(x: Array) -> Array:
+    """[B, T-1, ...] made from prefixes <= t -> [B, T, ...] indexed by the predicted token."""
+    pad = [(0, 0), (1, 0)] + [(0, 0)] * (x.ndim - 2)
+    return jnp.pad(x, pad)
+
+
+def policy_outputs(
+    model: nnx.Module,
+    tokens: Array,
+    positions: Array | None,
+    segment_ids: Array | None,
+    temperature: float,
+) -> tuple[Array, Array | None, Array]:
+    """(logprobs [B, T], values [B, T] | None, entropy [B, T]), float32, aligned so that index t
+    belongs to token t chosen after prefix < t (index 0, which has no prefix, is 0)."""
+    chex.assert_rank(tokens, 2)
+    out = model.forward(tokens, positions=positions, segment_ids=segment_ids)
+    logits = out.logits[:, :-1].astype(jnp.float32) / temperature
+    logprobs, entropy = losses.logprobs_and_entropy(logits, tokens[:, 1:])
+    logprobs, entropy = _shift_right(logprobs), _shift_right(entropy)
+    values = None if out.values is None else _shift_right(out.values[:, :-1].astype(jnp.float32))
+    return logprobs, values, entropy
+
+
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "temperature", "compute_dtype", "micro_batches")
+)
+def compute_logprobs(
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    tokens: Array,
+    positions: Array | None = None,
+    segment_ids: Array | None = None,
+    *,
+    temperature: float = 1.0,
+    compute_dtype: str | None = None,
+    micro_batches: int = 1,
+) -> tuple[Array, Array | None, Array]:
+    """Token log-probs, values and entropies of `tokens` [B, T] under the model, exactly as the
+    train step computes them (old / reference log-probs); `compute_dtype` as in make_train_step.
+    Rows are processed `micro_batches` at a time to bound the [B, T, V] logits' memory."""
+    model = nnx.merge(graphdef, _cast_floats(state, compute_dtype))
+    inputs = (tokens, positions, segment_ids)
+    if micro_batches == 1:
+        return policy_outputs(model, *inputs, temperature)
+    chunks = jax.tree.map(lambda x: _split_rows(x, micro_batches), inputs)
+    outs = jax.lax.map(lambda c: policy_outputs(model, *c, temperature), chunks)
+    return jax.tree.map(lambda x: _merge_rows(x), outs)
+
+
+def _split_rows(x: Array, micro_batches: int) -> Array:
+    """[B, ...] -> [M, B/M, ...] with micro-batch m = rows m, m+M, m+2M, ... so that each
+    micro-batch draws evenly from every data shard of a row-sharded batch."""
+    b = x.shape[0]
+    if b % micro_batches:
+        raise ValueError(f"batch size {b} is not divisible by micro_batches={micro_batches}")
+    return jnp.swapaxes(x.reshape(b // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
+
+
+def _merge_rows(x: Array) -> Array:
+    """Inverse of _split_rows: [M, B/M, ...] -> [B, ...]."""
+    return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
+
+
+# ---------------------------------------------------------------------------- the step
+
+StepFn = Callable[[nnx.State, Any, TrainBatch], tuple[nnx.State, Any, dict[str, Array]]]
+
+
+def _micro_loss(graphdef, rest, cfg: losses.LossConfig, compute_dtype, loss_denom):
+    """params, micro-batch -> (objective with full-batch denominators, (terms, ev_stats))."""
+
+    def loss_fn(params, mb: TrainBatch):
+        model = nnx.merge(graphdef, _cast_floats(params, compute_dtype), rest)
+        logprobs, values, entropy = policy_outputs(
+            model, mb.tokens, mb.positions, mb.segment_ids, cfg.temperature
+        )
+        terms = losses.loss_terms(
+            cfg,
+            mb.loss_mask,
+            logprobs,
+            mb.old_logprobs,
+            mb.advantages,
+            entropy,
+            values=values,
+            returns=mb.returns,
+            old_values=mb.old_values,
+            ref_logprobs=mb.ref_logprobs,
+            sampler_logprobs=mb.sampler_logprobs,
+        )
+        ev = (
+            {}
+            if values is None
+            else losses.explained_variance_stats(
+                jax.lax.stop_gradient(values), mb.returns, mb.loss_mask
+            )
+        )
+        return losses.objective(terms, cfg, loss_denom), (terms, ev)
+
+    return loss_fn
+
+
+def _accumulate(loss_fn, params, batch: TrainBatch, micro_batches: int, mesh: Mesh | None):
+    """Sum over micro-batches (lax.scan) of (objective, grads, terms, ev_stats).
+
+    Every micro-objective is divided by the full batch's denominators, so the sums are exactly
+    the full batch's objective and gradient.
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if micro_batches == 1:
+        (loss, aux), grads = grad_fn(params, batch)
+        return loss, grads, aux
+
+    def split(x):
+        x = _split_rows(x, micro_batches)
+        if mesh is None:
+            return x
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, BATCH_AXES)))
+
+    chunks = jax.tree.map(split, batch)
+    first = jax.tree.map(lambda x: x[0], chunks)
+    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first))
+
+    def body(carry, mb):
+        return jax.tree.map(jnp.add, carry, grad_fn(params, mb)), None
+
+    ((loss, aux), grads), _ = jax.lax.scan(body, zeros, chunks)
+    return loss, grads, aux
+
+
+def _update_if_finite(optimizer, grads, opt_state, params, finite: Array):
+    """One optimizer update, or (params, opt_state) unchanged where `finite` is False."""
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    return keep(new_params, params), keep(new_opt_state, opt_state)
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    loss_config: losses.LossConfig,
+    mesh: Mesh | None = None,
+    micro_batches: int = 1,
+    *,
+    shardings: TrainShardings | None = None,
+    compute_dtype: str | None = None,
+) -> StepFn:
+    """A jit-compiled `step(state, opt_state, batch) -> (state, opt_state, metrics)`.
+
+    Minimises `losses.objective` over the batch, accumulated over `micro_batches` slices of the
+    rows inside the compiled step, then applies one optimizer update to the nnx.Param leaves.
+    If the objective or the gradient norm is not finite the update is skipped: state and
+    opt_state come back unchanged and metrics["skipped"] = 1.
+
+    mesh: with a mesh, `shardings` (see `train_shardings`) fixes the in/out shardings; B must be
+      divisible by micro_batches * (data * fsdp). state and opt_state are donated.
+    Numerics and memory are the model's: bf16 compute over float32 master weights is
+    ModelConfig(dtype="bfloat16", param_dtype="float32"), rematerialisation ModelConfig.remat.
+    compute_dtype: cast the parameters to it (e.g. the model's "bfloat16") before the forward,
+      so that FSDP all-gathers move half the bytes; gradients and the optimizer stay in the
+      parameters' own dtype.
+    Metrics (float32 scalars): loss, policy_loss, entropy, approx_kl, clip_frac,
+    logprob_mismatch, grad_norm, skipped, tokens; lr with a `make_optimizer` optimizer;
+    value_loss and explained_variance with a value head; kl_ref with ref_logprobs in the batch.
+    """
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    if mesh is not None and shardings is None:
+        raise ValueError("make_train_step: a mesh needs `shardings=train_shardings(state, ...)`")
+    data_shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+
+    def step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array]):
+        batch = as_train_batch(batch)
+        rows = batch.tokens.shape[0]
+        if rows % (micro_batches * data_shards):
+            raise ValueError(
+                f"batch size {rows} must be divisible by micro_batches * data * fsdp = "
+                f"{micro_batches} * {data_shards}"
+            )
+        chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
+        params, rest = _params_and_rest(state)
+        loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
+        loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
+        loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        params, opt_state = _update_if_finite(optimizer, grads, opt_state, params, finite)
+
+        metrics = {name: term.mean() for name, term in terms.items()}
+        if ev:
+            metrics["explained_variance"] = losses.explained_variance_from_stats(ev)
+        metrics.update(
+            loss=loss, grad_norm=grad_norm, skipped=~finite, tokens=batch.loss_mask.sum()
+        )
+        lr = current_lr(opt_state)
+        if lr is not None:
+            metrics["lr"] = lr
+        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+        return nnx.merge_state(params, rest), opt_state, metrics
+
+    if mesh is None:
+        return jax.jit(step, donate_argnums=(0, 1))
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(
+        step,
+        in_shardings=(shardings.state, shardings.opt_state, shardings.batch),
+        out_shardings=(shardings.state, shardings.opt_state, replicated),
+        donate_argnums=(0, 1),
+    )

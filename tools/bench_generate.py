@@ -1,0 +1,295 @@
+"""Benchmark `generate` against Hugging Face transformers `generate` on the same weights.
+
+Default mode: a tiny random Qwen2 (4 layers, hidden 256, GQA, vocab 1024) is made with
+transformers, saved, and loaded back through `from_pretrained`; both libraries then generate
+128 new tokens for 32 prompts of 16 tokens (greedy, then sampled at temperature 1), warmed up,
+timed as the median of repeats in the same run. PyTorch runs on CPU with `--torch_threads`.
+
+    python tools/bench_generate.py                          # ours vs HF on CPU, prints the ratio
+    python tools/bench_generate.py --tool_loop              # tool loop's accelerator idle fraction
+    python tools/bench_generate.py --gpu_preset qwen2.5-1.5b   # decode tok/s + bandwidth roofline
+
+`--tool_loop` runs the real AgentLoop, Sampler and Sandbox. A random model never writes code, so
+the sampler's decode runs the model for real (device time is genuine) but the tokens it returns
+are replaced by a script: per row a code block, its sandbox run, then a boxed answer. Only the
+token content is scripted; the timings of decoding, appending and the sandbox are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from agentic_jax.models import Transformer, from_pretrained, get_preset
+from agentic_jax.rollout import Sampler, SamplingParams, generate
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=None,
+                        help="rows (default 32; 64 with --gpu_preset)")
+    parser.add_argument("--prompt_len", type=int, default=16)
+    parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is kept")
+    parser.add_argument("--torch_threads", type=int, default=2)
+    parser.add_argument("--tool_loop", action="store_true",
+                        help="measure the tool loop's accelerator idle fraction instead")
+    parser.add_argument("--gpu_preset", default=None,
+                        help="model preset for the accelerator decode benchmark")
+    parser.add_argument("--peak_bandwidth_gbps", type=float, default=4800.0,
+                        help="device memory bandwidth in GB/s (H200: 4800)")
+    parser.add_argument("--allow_cpu", action="store_true",
+                        help="let --gpu_preset run on CPU (a smoke test of the code path only)")
+    args = parser.parse_args(argv)
+    if args.batch is None:
+        args.batch = 64 if args.gpu_preset else 32
+    return args
+
+
+def median_seconds(fns: list[Callable[[], Any]], repeats: int) -> list[float]:
+    """Median wall seconds of each of `fns` over `repeats` rounds, after one warm-up call each.
+
+    The functions are timed in turns within every round, so that load from other processes on
+    the machine falls on all of them alike rather than on whichever ran during a busy spell.
+    """
+    for fn in fns:
+        fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, times in zip(fns, samples):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return [statistics.median(times) for times in samples]
+
+
+# ------------------------------------------------------------------------ ours vs transformers
+
+
+def hf_model(directory: str):
+    """A random 4-layer, 256-wide GQA Qwen2 made with transformers and saved to `directory`."""
+    import torch
+    import transformers
+
+    config = transformers.Qwen2Config(
+        vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    model.save_pretrained(directory)
+    return model
+
+
+def hf_generate(model, prompts: np.ndarray, new_tokens: int, sample: bool) -> np.ndarray:
+    """HF generate of exactly `new_tokens` tokens per row (no EOS), returned as [B, new]."""
+    import torch
+    import transformers
+
+    # Plain sampling at temperature 1 as ours does (HF would otherwise apply top_k=50).
+    sampling = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0} if sample else {}
+    config = transformers.GenerationConfig(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, eos_token_id=None,
+        pad_token_id=0, **sampling)
+    with torch.no_grad():
+        out = model.generate(torch.as_tensor(prompts, dtype=torch.long),
+                             generation_config=config)
+    return out[:, prompts.shape[1]:].numpy()
+
+
+def bench_vs_transformers(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(0, 1024, (args.batch, args.prompt_len))
+    prompt_lists = prompts.tolist()
+    with tempfile.TemporaryDirectory() as directory:
+        hf = hf_model(directory)
+        ours = from_pretrained(directory, dtype="float32")
+    tokens = args.batch * args.new_tokens
+    print(f"model: Qwen2 4 layers, hidden 256, 8/2 heads, vocab 1024, float32; batch "
+          f"{args.batch}, prompt {args.prompt_len}, new tokens {args.new_tokens}; median of "
+          f"{args.repeats}")
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.device_count()} devices); "
+          f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+    print(f"{'mode':<8} {'ours tok/s':>12} {'HF tok/s':>12} {'ratio':>7}")
+    for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        run_ours = functools.partial(generate, ours, prompt_lists,
+                                     max_new_tokens=args.new_tokens, temperature=temperature)
+        run_hf = functools.partial(hf_generate, hf, prompts, args.new_tokens,
+                                   sample=temperature > 0)
+        ours_s, hf_s = median_seconds([run_ours, run_hf], args.repeats)
+        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / hf_s:>12.0f} "
+              f"{hf_s / ours_s:>6.2f}x")
+        if mode == "greedy":
+            agree = np.mean(np.asarray(run_ours()) == run_hf())
+            print(f"         greedy tokens equal to HF's: {agree:.1%}")
+
+
+# ------------------------------------------------------------------------ accelerator decode
+
+
+def decode_bytes_per_step(model: Transformer, batch: int, context: float) -> float:
+    """Bytes a decode step must read: every parameter once, plus K and V of `context` cached
+    positions per row in every layer."""
+    cfg = model.cfg
+    params = nnx.state(model, nnx.Param)
+    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+    kv_itemsize = np.dtype(cfg.compute_dtype).itemsize
+    kv_bytes = 2 * cfg.num_layers * batch * context * cfg.num_kv_heads * cfg.head_dim * kv_itemsize
+    return param_bytes + kv_bytes
+
+
+def bench_accelerator(args: argparse.Namespace) -> None:
+    backend = jax.default_backend()
+    if backend == "cpu" and not args.allow_cpu:
+        raise SystemExit(f"--gpu_preset {args.gpu_preset}: needs a GPU or TPU, but JAX's backend "
+                         f"is 'cpu'; nothing was measured (--allow_cpu runs it anyway as a smoke "
+                         f"test).")
+    dtype = "float32" if backend == "cpu" else "bfloat16"
+    cfg = get_preset(args.gpu_preset, dtype=dtype, param_dtype=dtype)
+    # Created inside jit so the random weights are drawn on the device, not on the host.
+    model = nnx.jit(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))()
+    max_len = args.prompt_len + args.new_tokens
+    sampler = Sampler(model, max_len=max_len)
+    prompts = np.random.default_rng(0).integers(0, cfg.vocab_size,
+                                                (args.batch, args.prompt_len)).tolist()
+    keys = jax.random.split(jax.random.key(0), args.batch)
+
+    def decode_seconds() -> float:
+        state = jax.block_until_ready(sampler.prefill(prompts))
+        start = time.perf_counter()
+        jax.block_until_ready(sampler.decode(
+            state, keys, active=np.ones(args.batch, bool),
+            budget=np.full(args.batch, args.new_tokens), stop_ids=[],
+            params=SamplingParams(temperature=0.0), num_steps=args.new_tokens))
+        return time.perf_counter() - start
+
+    decode_seconds()
+    seconds = statistics.median(decode_seconds() for _ in range(args.repeats))
+    steps_per_s = args.new_tokens / seconds
+    step_bytes = decode_bytes_per_step(model, args.batch, args.prompt_len + args.new_tokens / 2)
+    roofline = step_bytes * steps_per_s / (args.peak_bandwidth_gbps * 1e9)
+    print(f"preset {args.gpu_preset} ({cfg.num_params() / 1e9:.2f}B params, {dtype}) on "
+          f"{jax.devices()[0].device_kind}; batch {args.batch}, prompt {args.prompt_len}, "
+          f"{args.new_tokens} decode steps, median of {args.repeats}")
+    print(f"decode: {args.batch * steps_per_s:.0f} tok/s ({steps_per_s:.1f} steps/s); "
+          f"{step_bytes / 1e9:.3f} GB read per step (params + mean KV cache)")
+    print(f"memory-bandwidth roofline: {roofline:.1%} of {args.peak_bandwidth_gbps:.0f} GB/s")
+
+
+# ------------------------------------------------------------------------ tool loop
+
+
+class ScriptedTokensSampler(Sampler):
+    """A real Sampler whose decode runs the model as usual but returns scripted tokens.
+
+    Each row cycles through its turns (token lists, each ending where the agent loop sees an
+    event: a closed code block or a boxed answer). The loop cuts a turn right after its event,
+    so a row's position in its script advances to the next turn once the current one is out.
+    """
+
+    def __init__(self, model: nnx.Module, *, max_len: int, scripts: list[list[list[int]]]):
+        super().__init__(model, max_len=max_len)
+        self.scripts = scripts
+        self.turn = [0] * len(scripts)
+        self.cursor = [0] * len(scripts)
+
+    def decode(self, state, row_keys, *, active, budget, stop_ids, params, num_steps):
+        # No stop ids: every active row runs its full budget of real decode steps.
+        state, toks, lps, vals, count, stopped = super().decode(
+            state, row_keys, active=active, budget=budget, stop_ids=[], params=params,
+            num_steps=num_steps)
+        toks, count = np.array(jax.device_get(toks)), np.asarray(jax.device_get(count))
+        for b in np.flatnonzero(active):
+            turns = self.scripts[b]
+            script = turns[min(self.turn[b], len(turns) - 1)]
+            piece = script[self.cursor[b]:self.cursor[b] + int(count[b])]
+            toks[b, :len(piece)] = piece
+            self.cursor[b] += int(count[b])
+            if self.cursor[b] >= len(script):
+                self.turn[b], self.cursor[b] = self.turn[b] + 1, 0
+        return state, toks, lps, vals, count, stopped
+
+
+def tool_scripts(tokenizer, batch: int, code_turns: int) -> list[list[list[int]]]:
+    """Per row: `code_turns` code blocks of differing lengths and run times, then an answer."""
+    from agentic_jax.data.prompts import code_block, final_answer
+
+    scripts = []
+    for b in range(batch):
+        filler = "Let me compute this step by step. " * (b % 4)
+        turns = [f"{filler}{code_block(f'print(sum(i * i for i in range({20000 * (b + t + 1)})))')}"
+                 for t in range(code_turns)]
+        turns.append(final_answer(str(b)))
+        scripts.append([tokenizer.encode(t, add_special_tokens=False) for t in turns])
+    return scripts
+
+
+def bench_tool_loop(args: argparse.Namespace) -> None:
+    from agentic_jax.data import builtin_tokenizer
+    from agentic_jax.data.prompts import format_prompt
+    from agentic_jax.models import ModelConfig
+    from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
+    from agentic_jax.sandbox import Sandbox, SandboxConfig
+
+    tokenizer = builtin_tokenizer()
+    cfg = ModelConfig(vocab_size=1024, hidden_size=256, intermediate_size=768, num_layers=4,
+                      num_heads=8, num_kv_heads=2, head_dim=32, qkv_bias=True)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    prompts = [tokenizer.encode(format_prompt(f"What is the sum of i*i for i below {b}?"),
+                                add_special_tokens=False) for b in range(args.batch)]
+    max_length = max(len(p) for p in prompts) + 384
+    agent_cfg = AgentConfig(max_length=max_length, decode_chunk=16)
+    controller = ToolController(max_tool_calls=2, mode="fixed", timeout_ms=2000)
+    # The result cache is off: every snippet really runs.
+    with Sandbox(SandboxConfig(timeout_ms=2000, cache_size=0)) as sandbox:
+        results = []
+        for _ in range(args.repeats + 1):  # the first run compiles
+            sampler = ScriptedTokensSampler(model, max_len=max_length,
+                                            scripts=tool_scripts(tokenizer, args.batch, 2))
+            loop = AgentLoop(sampler, tokenizer, sandbox, controller, agent_cfg)
+            results.append(loop.run(prompts, jax.random.key(0)))
+    episodes, _ = results[-1]
+    timings = [t for _, t in results[1:]]
+    calls = sum(e.num_tool_calls for e in episodes)
+    failures = sum(e.num_tool_failures for e in episodes)
+    tool_s = sum(e.tool_ms for e in episodes) / 1e3
+    med = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}
+    print(f"tool loop: batch {args.batch}, 4-layer 256-wide model on "
+          f"{jax.devices()[0].platform}, scripted code turns, real sampler and sandbox; "
+          f"median of {args.repeats}")
+    print(f"tool calls {calls} ({failures} failed), summed sandbox latency {tool_s:.2f} s, "
+          f"answers {sum(e.finish_reason == 'answer' for e in episodes)}/{len(episodes)}")
+    print(f"rollout {med['rollout_s']:.2f} s = decode {med.get('decode_s', 0):.2f} s + append "
+          f"{med.get('append_s', 0):.2f} s + waiting for tools {med.get('tool_wait_s', 0):.2f} s "
+          f"+ host work")
+    print(f"accelerator idle fraction: {med['accelerator_idle_frac']:.1%} (waiting for tools "
+          f"only: {med.get('tool_wait_s', 0) / med['rollout_s']:.1%})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.gpu_preset:
+        bench_accelerator(args)
+    elif args.tool_loop:
+        bench_tool_loop(args)
+    else:
+        bench_vs_transformers(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
