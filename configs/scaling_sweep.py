@@ -17,31 +17,31 @@ import ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "default"
-  c = ml_collections.ConfigDict()
-  c.base_config = "configs/math_ppo.py"
-  c.trainer_module = "agentic_jax.train"
-  c.presets = ("tiny-0.2m", "tiny-1m", "tiny-4m", "tiny-16m")  # names in agentic_jax.models
-  c.seeds = (0, 1)
-  c.total_steps = 60
-  c.overrides = ()                # extra "group.key=value" overrides of the base config
+    variant = arg or "default"
+    c = ml_collections.ConfigDict()
+    c.base_config = "configs/math_ppo.py"
+    c.trainer_module = "agentic_jax.train"
+    c.presets = ("tiny-0.2m", "tiny-1m", "tiny-4m", "tiny-16m")  # names in agentic_jax.models
+    c.seeds = (0, 1)
+    c.total_steps = 60
+    c.overrides = ()  # extra "group.key=value" overrides of the base config
 
-  c.fit = ml_collections.ConfigDict()
-  c.fit.success_key = "accuracy"
-  c.fit.fix_bias_at_zero = False
-  c.fit.l2 = 0.0
-  c.fit.num_bootstrap = 200       # resamples of whole runs
-  c.fit.confidence = 0.95
-  c.fit.seed = 0
+    c.fit = ml_collections.ConfigDict()
+    c.fit.success_key = "accuracy"
+    c.fit.fix_bias_at_zero = False
+    c.fit.l2 = 0.0
+    c.fit.num_bootstrap = 200  # resamples of whole runs
+    c.fit.confidence = 0.95
+    c.fit.seed = 0
 
-  if variant == "smoke":
-    c.base_config = "configs/math_ppo.py:smoke"
-    c.total_steps = 4
-    c.fit.num_bootstrap = 20
-  elif variant == "large":
-    c.presets = ("tiny-0.2m", "tiny-1m", "tiny-4m", "tiny-16m", "tiny-60m")
-    c.seeds = (0, 1, 2)
-    c.total_steps = 200
-  elif variant != "default":
-    raise ValueError(f"unknown config variant {variant!r}; expected 'smoke', 'large' or none")
-  return c
+    if variant == "smoke":
+        c.base_config = "configs/math_ppo.py:smoke"
+        c.total_steps = 4
+        c.fit.num_bootstrap = 20
+    elif variant == "large":
+        c.presets = ("tiny-0.2m", "tiny-1m", "tiny-4m", "tiny-16m", "tiny-60m")
+        c.seeds = (0, 1, 2)
+        c.total_steps = 200
+    elif variant != "default":
+        raise ValueError(f"unknown config variant {variant!r}; expected 'smoke', 'large' or none")
+    return c

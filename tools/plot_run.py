@@ -19,24 +19,24 @@ _TITLE = flags.DEFINE_string("title", None, "Figure title.")
 
 
 def main(argv: list[str]) -> None:
-  run_dirs = argv[1:]
-  if not run_dirs:
-    raise app.UsageError("give at least one RUN_DIR")
-  runs = {}
-  for run_dir in run_dirs:
-    records, skipped = load_metrics(run_dir)
-    if skipped:
-      logging.info("%s: skipped %d unreadable metrics lines", run_dir, skipped)
-    runs[_unique_name(run_dir, runs)] = records
-  path = plot_run_curves(runs, _OUT.value, title=_TITLE.value)
-  logging.info("wrote %s (%d runs)", path, len(runs))
+    run_dirs = argv[1:]
+    if not run_dirs:
+        raise app.UsageError("give at least one RUN_DIR")
+    runs = {}
+    for run_dir in run_dirs:
+        records, skipped = load_metrics(run_dir)
+        if skipped:
+            logging.info("%s: skipped %d unreadable metrics lines", run_dir, skipped)
+        runs[_unique_name(run_dir, runs)] = records
+    path = plot_run_curves(runs, _OUT.value, title=_TITLE.value)
+    logging.info("wrote %s (%d runs)", path, len(runs))
 
 
 def _unique_name(run_dir: str, taken: Mapping[str, Any]) -> str:
-  """The run's directory name, or its path when two runs share a name."""
-  name = os.path.basename(os.path.normpath(run_dir))
-  return run_dir if name in taken else name
+    """The run's directory name, or its path when two runs share a name."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    return run_dir if name in taken else name
 
 
 if __name__ == "__main__":
-  app.run(main)
+    app.run(main)
