@@ -86,6 +86,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.source = "curriculum"  # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
     c.data.stages = ("arithmetic",)
     c.data.max_difficulty = 1.0  # fraction of each stage's difficulty range used
+    c.data.kinds = ()  # problem kinds to train on (empty: every kind of the stages)
     c.data.test_fraction = 0.1
     c.data.eval_size = 128
     c.data.template = "zero"  # zero | chat

@@ -120,13 +120,14 @@ class Trainer:
 
     def _load_problems(self) -> tuple[list[Problem], list[Problem]]:
         d = self.config.data
-        stages = tuple(d.stages)
+        stages, kinds = tuple(d.stages), tuple(d.kinds)
         if d.source == "curriculum":
             def pick(split):
                 problems = load_source("curriculum", split=split, seed=self.config.seed,
                                        test_fraction=d.test_fraction)
                 return [p for p in problems
-                        if p.stage in stages and p.difficulty <= d.max_difficulty]
+                        if p.stage in stages and p.difficulty <= d.max_difficulty
+                        and (not kinds or p.kind in kinds)]
             train, test = pick("train"), pick("test")
         else:
             train = load_source(d.source, split="train", seed=self.config.seed)
