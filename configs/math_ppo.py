@@ -38,7 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.training.warmup_steps = 5
     c.training.max_grad_norm = 1.0
     c.training.weight_decay = 0.0
-    c.training.total_steps = 60
+    c.training.total_steps = 40
     c.training.max_length = 160  # prompt + response tokens per episode
     c.training.ppo_epochs = 2
     c.training.minibatches = 2
@@ -86,7 +86,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.source = "curriculum"  # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
     c.data.stages = ("arithmetic",)
     c.data.max_difficulty = 1.0  # fraction of each stage's difficulty range used
-    c.data.kinds = ()  # problem kinds to train on (empty: every kind of the stages)
+    # Problem kinds to train on (empty: every kind of the stages). The CPU default keeps the
+    # kinds whose reference code is one copied expression.
+    c.data.kinds = ("sum", "difference", "product")
     c.data.test_fraction = 0.1
     c.data.eval_size = 128
     c.data.template = "zero"  # zero | chat
@@ -143,6 +145,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.training.max_length = 512
         c.training.micro_batches = 2
         c.data.stages = ("arithmetic", "algebra", "calculus", "proof")
+        c.data.kinds = ()
         c.data.template = "chat"
         c.warmstart.enabled = False
         c.mesh.data = 1

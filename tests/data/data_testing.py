@@ -14,13 +14,13 @@ from agentic_jax.sandbox import Sandbox, SandboxConfig
 SANDBOX_CONFIG = SandboxConfig(timeout_ms=20000, memory_mb=512, num_workers=2, cache_size=0)
 
 
-def grade(predicted: str, reference: str) -> bool:
-    """The project's grader."""
-    try:
-        from agentic_jax.reward import grade_answer
-    except ImportError:  # the package's exports are still being assembled
-        from agentic_jax.reward.grader import grade_answer
-    return grade_answer(predicted, reference)
+def grade(predicted: str, reference: str, attempts: int = 3) -> bool:
+    """The project's grader. Its numeric checks stop at a wall-clock deadline and then answer
+    "not equal", which a loaded test machine can hit; a true inequality stays False on every
+    attempt, so a retry removes only that flake."""
+    from agentic_jax.reward import grade_answer
+
+    return any(grade_answer(predicted, reference) for _ in range(attempts))
 
 
 def by_kind(problems: Sequence[Problem], per_kind: int) -> list[Problem]:
