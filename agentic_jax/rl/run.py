@@ -4,7 +4,6 @@ held-out evaluation with and without tools, plots and a summary."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 from typing import Any
 
@@ -16,8 +15,6 @@ from agentic_jax.parallel.distributed import is_main_process
 from agentic_jax.rl.trainer import Trainer
 from agentic_jax.rl.warmstart import run_warm_start
 from agentic_jax.utils import MetricsWriter, read_metrics
-
-logger = logging.getLogger(__name__)
 
 INITIAL_EVAL = "initial_eval.json"
 SUMMARY = "summary.json"
@@ -69,6 +66,14 @@ def _start(trainer: Trainer, config: ml_collections.ConfigDict, progress: bool) 
     return info
 
 
+def _say(line: str, bar: Any = None) -> None:
+    """One line for the person watching the run (through the progress bar when there is one)."""
+    if bar is not None:
+        bar.write(line)
+    else:
+        print(line, flush=True)
+
+
 def _summary_line(step: int, m: dict[str, Any]) -> str:
     parts = [f"step {step}"]
     for k in SUMMARY_KEYS:
@@ -88,6 +93,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
             _write_json(config_path, {"config": json.loads(config.to_json_best_effort()),
                                       "num_params": int(num_params)})
         resumed = trainer.restore()
+        if resumed:
+            _say(f"resuming from step {trainer.step} ({trainer.checkpointer.directory})")
         init_path = os.path.join(workdir, INITIAL_EVAL)
         if resumed and os.path.exists(init_path):
             info = _read_json(init_path)
@@ -107,7 +114,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
                 metrics["num_params"] = num_params
                 if step % config.logging.every_steps == 0 or step == total:
                     writer.write(step, metrics)
-                    (bar.write if progress else logger.info)(_summary_line(step, metrics))
+                    _say(_summary_line(step, metrics), bar if progress else None)
                 trainer.save()
                 bar.update(1)
         bar.close()

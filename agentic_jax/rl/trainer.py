@@ -22,7 +22,7 @@ from agentic_jax.data import Problem, prompts
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.data.sources import load_source
 from agentic_jax.parallel import batch_sharding, create_sharded_model, mesh_from_config
-from agentic_jax.reward import RewardConfig, compute_reward
+from agentic_jax.reward import RewardConfig, grade_batch
 from agentic_jax.rl import builders, evaluation
 from agentic_jax.rl.experience import make_train_batch, minibatches
 from agentic_jax.rl.optim import make_optimizer
@@ -199,12 +199,12 @@ class Trainer:
             [self.make_prompt(p) for p in jobs], rng,
             difficulties=[p.difficulty for p in jobs], stages=[p.stage for p in jobs])
         t0 = time.perf_counter()
-        infos = [compute_reward(e.text, p.answer, cfg=self.reward_cfg,
-                                num_tool_calls=e.num_tool_calls,
-                                num_tool_failures=e.num_tool_failures,
-                                response_length=e.num_model_tokens,
-                                max_length=self.config.training.max_length)
-                 for e, p in zip(episodes, jobs)]
+        infos = grade_batch(
+            [e.text for e in episodes], [p.answer for p in jobs], cfg=self.reward_cfg,
+            num_tool_calls=[e.num_tool_calls for e in episodes],
+            num_tool_failures=[e.num_tool_failures for e in episodes],
+            response_lengths=[e.num_model_tokens for e in episodes],
+            max_length=self.config.training.max_length)
         timing["reward_s"] = time.perf_counter() - t0
         rollout = RolloutBatch.from_episodes(
             episodes, length=self.config.training.max_length, pad_id=self.pad_id,
