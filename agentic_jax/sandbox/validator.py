@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 
 from agentic_jax.sandbox.types import ExecResult, failure
 
@@ -37,6 +38,12 @@ _NONDETERMINISTIC = frozenset({
 })
 
 
+# CPython 3.11's AST constructor keeps its recursion-depth bookkeeping per interpreter, so parses
+# running at once on several pool threads can fail with "AST constructor recursion depth
+# mismatch" (a SystemError); parsing one snippet at a time avoids it and costs microseconds.
+_PARSE_LOCK = threading.Lock()
+
+
 class Rejected(Exception):
     """A static rule fired; carries the taxonomy error name and the explanation."""
 
@@ -58,7 +65,7 @@ def validate(code: str, whitelist: tuple[str, ...], max_code_bytes: int, max_nes
     if len(code.encode("utf-8", "surrogatepass")) > max_code_bytes:
         return failure("SecurityError", f"code longer than {max_code_bytes} bytes")
     try:
-        tree = ast.parse(code, filename="<snippet>")
+        tree = _parse(code)
     except SyntaxError as err:
         return failure("SyntaxError", f"{err.msg} (line {err.lineno}, column {err.offset})")
     except (ValueError, RecursionError, MemoryError) as err:
@@ -68,6 +75,16 @@ def validate(code: str, whitelist: tuple[str, ...], max_code_bytes: int, max_nes
     except Rejected as rej:
         return failure(rej.error, rej.what)
     return tree
+
+
+def _parse(code: str) -> ast.Module:
+    with _PARSE_LOCK:
+        try:
+            return ast.parse(code, filename="<snippet>")
+        except SystemError:
+            # A parse elsewhere in the process (outside this lock) collided with ours; the
+            # bookkeeping is reset once that parse returns, so one retry is enough.
+            return ast.parse(code, filename="<snippet>")
 
 
 def _check_tree(tree: ast.AST, whitelist: frozenset[str], max_nesting: int,

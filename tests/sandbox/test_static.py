@@ -119,3 +119,24 @@ def test_classify_maps_reports_to_the_taxonomy():
     raised = classify({**base, "result": {"error": "KeyError", "detail": "'a' (line 3)"}}, 500, 1)
     assert raised.error == "KeyError" and "line 3" in raised.message
     assert "environment.timeout" in classify({**base, "timed_out": True}, 500, 2.0).message
+
+
+def test_parse_survives_a_colliding_parse(monkeypatch):
+    """A concurrent parse elsewhere can make CPython 3.11's AST constructor raise SystemError
+    once; validation retries instead of failing the snippet."""
+    import ast as ast_module
+
+    from agentic_jax.sandbox import validator
+
+    real_parse = ast_module.parse
+    calls = []
+
+    def flaky_parse(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=24, after=22)")
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(validator.ast, "parse", flaky_parse)
+    tree = validator.validate("print(6 * 7)", ("math",), 65536, 16, 100_000)
+    assert isinstance(tree, ast_module.Module) and len(calls) == 2
