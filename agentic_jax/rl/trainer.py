@@ -30,7 +30,7 @@ from agentic_jax.rl.rollout_metrics import episode_metrics
 from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
 from agentic_jax.rollout import AgentConfig, AgentLoop, RolloutBatch, Sampler, SamplingParams
 from agentic_jax.rollout import ToolController
-from agentic_jax.utils import Checkpointer, MetricsWriter
+from agentic_jax.utils import Checkpointer
 
 logger = logging.getLogger(__name__)
 
