@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from agentic_jax.reward import compute_reward
+from agentic_jax.reward import grade_batch
 from agentic_jax.rollout import AgentConfig, AgentLoop, Episode, SamplingParams, ToolController
 
 
@@ -72,8 +72,8 @@ def evaluate(
 
 def summarize(jobs: Sequence[Any], episodes: Sequence[Episode], k: int) -> dict[str, float]:
     """Aggregate metrics of graded episodes (``jobs[i]`` is the problem of ``episodes[i]``)."""
-    correct = np.asarray([compute_reward(e.text, p.answer).correct
-                          for p, e in zip(jobs, episodes)], bool)
+    infos = grade_batch([e.text for e in episodes], [p.answer for p in jobs])
+    correct = np.asarray([i.correct for i in infos], bool)
     calls = np.asarray([e.num_tool_calls for e in episodes], float)
     fails = np.asarray([e.num_tool_failures for e in episodes], float)
     lengths = np.asarray([len(e.response_tokens) for e in episodes], float)

@@ -42,26 +42,12 @@ def _start(trainer: Trainer, config: ml_collections.ConfigDict, progress: bool) 
     evaluation of the starting policy, and the step-0 checkpoint."""
     info: dict[str, Any] = {}
     if config.checkpoint.init_from:
-        from agentic_jax.utils import Checkpointer
-
-        source = Checkpointer(config.checkpoint.init_from, every_steps=1, keep=1,
-                              async_save=False)
-        restored = source.restore_latest(trainer._checkpoint_state())
-        source.close()
-        if restored is None:
-            raise FileNotFoundError(f"checkpoint.init_from={config.checkpoint.init_from!r}: no "
-                                    "restorable checkpoint there")
-        from flax import nnx
-
-        nnx.replace_by_pure_dict(trainer.state, restored.state["params"])
-        trainer.state = jax.device_put(trainer.state, trainer.shardings.state)
-        trainer.sampler.update_params(trainer.state)
+        trainer.init_from(config.checkpoint.init_from)
         info["init_from"] = config.checkpoint.init_from
     elif config.warmstart.enabled and not config.model.path:
         info.update(run_warm_start(trainer, progress=progress))
     info["initial"] = _evaluate_both(trainer)
-    if trainer._kl_needs_reference():
-        trainer.ref_state = jax.tree.map(lambda x: x.copy(), trainer.state)
+    trainer.freeze_reference()
     trainer.save(force=True)
     return info
 

@@ -100,6 +100,7 @@ class Trainer:
             os.path.join(workdir, "checkpoints"), every_steps=config.checkpoint.every_steps,
             keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
         self.step = 0
+        self._skipped = 0  # consecutive non-finite updates
 
     # ------------------------------------------------------------------ construction
 
@@ -148,43 +149,66 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _checkpoint_state(self) -> dict[str, Any]:
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference policy is kept (and checkpointed) only when KL is penalised."""
+        return self.config.rl.kl_coef > 0
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The array part of a checkpoint (also the restore target's structure)."""
         tree = {"params": nnx.to_pure_dict(self.state), "opt_state": self.opt_state}
-        if self.ref_state is not None:
-            tree["ref_params"] = nnx.to_pure_dict(self.ref_state)
+        if self.needs_reference:
+            ref = self.state if self.ref_state is None else self.ref_state
+            tree["ref_params"] = nnx.to_pure_dict(ref)
         return tree
 
     def _checkpoint_meta(self) -> dict[str, Any]:
         return {"step": self.step, "scheduler": self.scheduler.state_dict(),
-                "controller": self.controller.state_dict(), "warm_started": True}
+                "controller": self.controller.state_dict()}
 
     def save(self, *, force: bool = False) -> bool:
-        return self.checkpointer.maybe_save(self.step, self._checkpoint_state(),
+        return self.checkpointer.maybe_save(self.step, self.checkpoint_state(),
                                             self._checkpoint_meta(), force=force)
+
+    def _placed(self, params: dict[str, Any]) -> nnx.State:
+        """A model state holding ``params`` (a pure dict) with the run's shardings."""
+        state = jax.tree.map(lambda x: x, self.state)
+        nnx.replace_by_pure_dict(state, params)
+        return jax.device_put(state, self.shardings.state)
+
+    def _set_params(self, params: dict[str, Any]) -> None:
+        self.state = self._placed(params)
+        self.sampler.update_params(self.state)
+
+    def freeze_reference(self) -> None:
+        """Snapshots the current policy as the KL reference (a copy: training donates state)."""
+        if self.needs_reference:
+            self.ref_state = jax.tree.map(lambda x: x.copy(), self.state)
 
     def restore(self) -> bool:
         """Loads the newest intact checkpoint of this run (True) or leaves a fresh run (False)."""
-        if self._kl_needs_reference():
-            self.ref_state = self.state
-        restored = self.checkpointer.restore_latest(self._checkpoint_state())
+        restored = self.checkpointer.restore_latest(self.checkpoint_state())
         if restored is None:
             return False
         tree = restored.state
-        nnx.replace_by_pure_dict(self.state, tree["params"])
-        self.state = jax.device_put(self.state, self.shardings.state)
+        self._set_params(tree["params"])
         self.opt_state = tree["opt_state"]
-        if "ref_params" in tree and self.ref_state is not None:
-            self.ref_state = jax.tree.map(lambda x: x, self.state)
-            nnx.replace_by_pure_dict(self.ref_state, tree["ref_params"])
+        if "ref_params" in tree:
+            self.ref_state = self._placed(tree["ref_params"])
         self.step = restored.step
         self.scheduler.load_state_dict(restored.meta.get("scheduler", {}))
         self.controller.load_state_dict(restored.meta.get("controller", {}))
-        self.sampler.update_params(self.state)
         logger.info("resumed from step %d (%s)", self.step, self.checkpointer.directory)
         return True
 
-    def _kl_needs_reference(self) -> bool:
-        return self.config.rl.kl_coef > 0
+    def init_from(self, directory: str) -> None:
+        """Starts from the policy parameters of another run's newest intact checkpoint."""
+        with Checkpointer(directory, every_steps=1, keep=1, async_save=False) as source:
+            restored = source.restore_latest(self.checkpoint_state())
+        if restored is None:
+            raise FileNotFoundError(f"checkpoint.init_from={directory!r}: no restorable "
+                                    "checkpoint there")
+        self._set_params(restored.state["params"])
 
     # ------------------------------------------------------------------ one RL step
 
@@ -238,7 +262,7 @@ class Trainer:
 
     def _check_finite(self, metrics: dict[str, Any]) -> None:
         if float(metrics.get("skipped", 0.0)) > 0:
-            self._skipped = getattr(self, "_skipped", 0) + 1
+            self._skipped += 1
             logger.warning("non-finite loss or gradient: update skipped (%d in a row)",
                            self._skipped)
             if self._skipped > self.config.training.max_skipped_updates:
@@ -255,7 +279,7 @@ class Trainer:
         update = self.update(rollout, step)
         t2 = time.perf_counter()
         metrics = episode_metrics(graded, jobs)
-        metrics.update({k: v for k, v in update.items()})
+        metrics.update(update)
         metrics["kl"] = update.get("kl_ref", update.get("approx_kl", 0.0))
         tokens = float(rollout.lengths.sum())
         metrics.update(

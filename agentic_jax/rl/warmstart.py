@@ -129,8 +129,8 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     if steps <= 0 or batch_size <= 0:
         raise ValueError(f"warmstart.steps and warmstart.batch_size must be positive, got "
                          f"{steps}, {batch_size}")
-    if batch_size % trainer.row_multiple and trainer.row_multiple % batch_size:
-        batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
+    # Rows split over the data shards: round the batch up to a multiple of them.
+    batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
     rng = random.Random(trainer.config.seed)
     pool = list(trainer.train_problems)
     needed = min(len(pool), steps * batch_size)

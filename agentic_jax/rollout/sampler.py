@@ -69,19 +69,23 @@ def _gather_last(x: jax.Array, chunk_lens: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, idx.reshape((-1,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
 
 
+def _write_chunk(model, state: DecodeState, tokens: jax.Array,
+                 chunk_lens: jax.Array) -> DecodeState:
+    """Writes tokens [B, C] (row b's first chunk_lens[b]) and refreshes the rows that wrote."""
+    out = model.forward(tokens, cache=state.cache, chunk_lens=chunk_lens)
+    wrote = chunk_lens > 0
+    next_logits = jnp.where(wrote[:, None], _gather_last(out.logits, chunk_lens),
+                            state.next_logits)
+    next_values = state.next_values
+    if out.values is not None:
+        next_values = jnp.where(wrote, _gather_last(out.values, chunk_lens), state.next_values)
+    return DecodeState(cache=out.cache, next_logits=next_logits, next_values=next_values)
+
+
 def _append(
     graphdef, params, state: DecodeState, tokens: jax.Array, chunk_lens: jax.Array
 ) -> DecodeState:
-    model = nnx.merge(graphdef, params)
-    out = model.forward(tokens, cache=state.cache, chunk_lens=chunk_lens)
-    wrote = chunk_lens > 0
-    last_logits = _gather_last(out.logits, chunk_lens)
-    next_logits = jnp.where(wrote[:, None], last_logits, state.next_logits)
-    if out.values is not None:
-        next_values = jnp.where(wrote, _gather_last(out.values, chunk_lens), state.next_values)
-    else:
-        next_values = state.next_values
-    return DecodeState(cache=out.cache, next_logits=next_logits, next_values=next_values)
+    return _write_chunk(nnx.merge(graphdef, params), state, tokens, chunk_lens)
 
 
 def _decode(
@@ -140,7 +144,7 @@ def _decode(
         toks = toks.at[:, step].set(jnp.where(live, tok, 0))
         lps = lps.at[:, step].set(jnp.where(live, lp, 0.0))
         vals = vals.at[:, step].set(jnp.where(live, st.next_values, 0.0))
-        st = _append_one(model, st, tok, live)
+        st = _write_chunk(model, st, tok[:, None], live.astype(jnp.int32))
         count = count + live.astype(jnp.int32)
         hit_stop = jnp.any(tok[:, None] == stop_ids[None, :], axis=-1) & live
         stopped = stopped | hit_stop
@@ -150,16 +154,6 @@ def _decode(
     carry = (jnp.int32(0), state, out_tokens, out_logprobs, out_values, count, live, stopped)
     _, state, toks, lps, vals, count, _, stopped = jax.lax.while_loop(cond, body, carry)
     return state, toks, lps, vals, count, stopped
-
-
-def _append_one(model, st: DecodeState, tok: jax.Array, live: jax.Array) -> DecodeState:
-    chunk_lens = live.astype(jnp.int32)
-    out = model.forward(tok[:, None], cache=st.cache, chunk_lens=chunk_lens)
-    next_logits = jnp.where(live[:, None], out.logits[:, 0], st.next_logits)
-    next_values = st.next_values
-    if out.values is not None:
-        next_values = jnp.where(live, out.values[:, 0], st.next_values)
-    return DecodeState(cache=out.cache, next_logits=next_logits, next_values=next_values)
 
 
 # The graph definition is a static argument, so samplers of equal models share compilations.
