@@ -35,7 +35,7 @@ TOOL_INSTRUCTION = (
     "is shown in a ```output block. Put the final answer in \\boxed{}."
 )
 DIRECT_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
-TEMPLATES = ("zero", "chat")
+TEMPLATES = ("zero", "short", "chat")
 
 # ChatML, installed on the built-in tokenizer (checkpoints bring their own template).
 CHATML_TEMPLATE = (
@@ -59,14 +59,19 @@ def format_prompt(question: str, *, template: str = "zero", tokenizer: Any = Non
 
     Args:
       question: the problem statement.
-      template: "zero" (plain text for base models, no instruction tuning assumed) or "chat"
-        (the tokenizer's chat template with a system instruction and the question).
+      template: "zero" (plain text for base models, no instruction tuning assumed), "short"
+        (no instruction, only whether the tool is available: for models trained from scratch,
+        which learn the format in the warm start and gain nothing from ~40 instruction tokens
+        but their cost), or "chat" (the tokenizer's chat template with a system instruction
+        and the question).
       tokenizer: needed for "chat"; must have a `chat_template`.
       allow_tools: whether the instruction offers the Python tool.
     """
     instruction = TOOL_INSTRUCTION if allow_tools else DIRECT_INSTRUCTION
     if template == "zero":
         return f"{instruction}\n\nProblem: {question}\nSolution:\n"
+    if template == "short":
+        return f"Problem: {question}\nTools: {'python' if allow_tools else 'none'}\nSolution:\n"
     if template == "chat":
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise ValueError("template='chat': the tokenizer has no chat_template; "

@@ -22,6 +22,7 @@ _POSITIVE_INT_FIELDS = (
     "num_kv_heads",
     "head_dim",
     "max_seq_len",
+    "scan_unroll",
 )
 
 
@@ -33,7 +34,9 @@ class ModelConfig:
     compute over float32 master weights). Logits and values are always returned in float32.
     `rope_type="llama3"` enables Llama 3.1's frequency-dependent RoPE scaling, parameterised by
     the `rope_factor`, `rope_low_freq_factor`, `rope_high_freq_factor` and
-    `rope_original_max_len` fields (ignored for `"default"`).
+    `rope_original_max_len` fields (ignored for `"default"`). `scan_unroll` layers run per
+    iteration of the loop over the stacked layers (`num_layers` unrolls it: faster steps for
+    small models on CPU, longer compiles).
     """
 
     vocab_size: int
@@ -52,6 +55,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: str = "none"
     attention_impl: str = "xla"
+    scan_unroll: int = 1
     max_seq_len: int = 2048
     family: str = "qwen2"
     rope_type: str = "default"

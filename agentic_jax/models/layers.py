@@ -30,6 +30,23 @@ def logical_param(
     return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=axes, eager_sharding=False)
 
 
+def dense(x: jax.Array, kernel: jax.Array, *, in_dims: int = 1,
+          preferred_element_type: jnp.dtype | None = None) -> jax.Array:
+    """Contracts x's last `in_dims` dims with kernel's first `in_dims` dims: [..., I] x [I, O].
+
+    Runs as one 2-D matmul over flattened rows: for a rank-3 dot_general XLA:CPU lays the weight
+    gradient out through an explicit transpose that costs a quarter of a small model's train
+    step; on GPU and TPU the reshapes are free.
+    """
+    lead, k_in, k_out = x.shape[: x.ndim - in_dims], kernel.shape[:in_dims], kernel.shape[in_dims:]
+    if x.shape[x.ndim - in_dims :] != k_in:
+        raise ValueError(f"dense: x {x.shape} does not contract with kernel {kernel.shape}")
+    rows = x.reshape(-1, math.prod(k_in))
+    out = jnp.dot(rows, kernel.reshape(math.prod(k_in), -1),
+                  preferred_element_type=preferred_element_type)
+    return out.reshape(*lead, *k_out)
+
+
 def fan_in_init(in_axis: int | tuple[int, ...], out_axis: int | tuple[int, ...]) -> Initializer:
     return nnx.initializers.variance_scaling(
         1.0, "fan_in", "truncated_normal", in_axis=in_axis, out_axis=out_axis
@@ -105,7 +122,7 @@ class Attention(nnx.Module):
     def _project(self, x: jax.Array, name: str) -> jax.Array:
         """x [B, T, E] -> [B, T, H, D] through `{name}_kernel` (+ bias)."""
         dtype = self.cfg.compute_dtype
-        out = jnp.einsum("bte,ehd->bthd", x, getattr(self, f"{name}_kernel")[...].astype(dtype))
+        out = dense(x, getattr(self, f"{name}_kernel")[...].astype(dtype))
         if self.cfg.qkv_bias:
             out = out + getattr(self, f"{name}_bias")[...].astype(dtype)
         return out
@@ -142,7 +159,7 @@ class Attention(nnx.Module):
             )
             new_cache = (cache_k, cache_v)
         o_kernel = self.o_kernel[...].astype(self.cfg.compute_dtype)
-        return jnp.einsum("bthd,hde->bte", out, o_kernel), new_cache
+        return dense(out, o_kernel, in_dims=2), new_cache
 
 
 class MLP(nnx.Module):
@@ -157,9 +174,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """x [B, T, E] -> [B, T, E]."""
-        gate = x @ self.gate_kernel[...].astype(self.dtype)
-        up = x @ self.up_kernel[...].astype(self.dtype)
-        return (jax.nn.silu(gate) * up) @ self.down_kernel[...].astype(self.dtype)
+        gate = dense(x, self.gate_kernel[...].astype(self.dtype))
+        up = dense(x, self.up_kernel[...].astype(self.dtype))
+        return dense(jax.nn.silu(gate) * up, self.down_kernel[...].astype(self.dtype))
 
 
 class Block(nnx.Module):

@@ -16,7 +16,13 @@ from flax import nnx
 
 from agentic_jax.models.cache import KVCache
 from agentic_jax.models.config import ModelConfig
-from agentic_jax.models.layers import Block, RMSNorm, logical_param, rope_inverse_frequencies
+from agentic_jax.models.layers import (
+    Block,
+    RMSNorm,
+    dense,
+    logical_param,
+    rope_inverse_frequencies,
+)
 
 _REMAT_POLICIES = {
     "full": None,  # save nothing, recompute the block in the backward pass
@@ -129,7 +135,9 @@ class Transformer(nnx.Module):
             body = jax.checkpoint(body, policy=_REMAT_POLICIES[self.cfg.remat])
         kv = None if cache is None else (cache.k, cache.v)
         layers = jnp.arange(self.cfg.num_layers)
-        (x, kv), _ = jax.lax.scan(body, (x, kv), (block_state, layers))
+        (x, kv), _ = jax.lax.scan(
+            body, (x, kv), (block_state, layers), unroll=min(self.cfg.scan_unroll, self.cfg.num_layers)
+        )
         return x, kv
 
     def _logits(self, hidden: jax.Array) -> jax.Array:
@@ -139,12 +147,12 @@ class Transformer(nnx.Module):
             head = self.embed[...].astype(dtype).T
         else:
             head = self.lm_head[...].astype(dtype)
-        return jnp.einsum("bte,ev->btv", hidden, head, preferred_element_type=jnp.float32)
+        return dense(hidden, head, preferred_element_type=jnp.float32)
 
     def _values(self, hidden: jax.Array) -> jax.Array | None:
         """hidden [B, T, E] -> f32 [B, T] from the value head, or None without one."""
         if not self.cfg.value_head:
             return None
         kernel = self.value_kernel[...].astype(jnp.float32)
-        values = hidden.astype(jnp.float32) @ kernel + self.value_bias[...].astype(jnp.float32)
+        values = dense(hidden.astype(jnp.float32), kernel) + self.value_bias[...].astype(jnp.float32)
         return values[..., 0]

@@ -55,6 +55,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.checkpoint.init_from:
         _require(os.path.isdir(config.checkpoint.init_from), "checkpoint.init_from",
                  "an existing checkpoint directory", config.checkpoint.init_from)
+    from agentic_jax.data.prompts import TEMPLATES
+
+    _require(config.data.template in TEMPLATES, "data.template", f"one of {TEMPLATES}",
+             config.data.template)
+    _require(int(config.model.scan_unroll) >= 1, "model.scan_unroll", "an integer >= 1",
+             config.model.scan_unroll)
     _require(0 < config.data.test_fraction < 1, "data.test_fraction", "a value in (0, 1)",
              config.data.test_fraction)
 
@@ -121,4 +127,5 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int):
     return dataclasses.replace(
         cfg, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
         attention_impl=m.attention_impl, value_head=bool(m.value_head),
+        scan_unroll=int(m.scan_unroll),
         max_seq_len=max(cfg.max_seq_len, int(config.training.max_length)))

@@ -32,6 +32,16 @@ def test_zero_template_with_and_without_tools():
     assert "```" not in without and "\\boxed{}" in without
 
 
+def test_short_template_says_only_whether_the_tool_is_available():
+    tokenizer = builtin_tokenizer()
+    with_tools = format_prompt("What is 2 + 2?", template="short")
+    assert with_tools == "Problem: What is 2 + 2?\nTools: python\nSolution:\n"
+    without = format_prompt("What is 2 + 2?", template="short", allow_tools=False)
+    assert without == "Problem: What is 2 + 2?\nTools: none\nSolution:\n"
+    zero = format_prompt("What is 2 + 2?")
+    assert len(tokenizer.encode(zero)) - len(tokenizer.encode(with_tools)) > 25
+
+
 def test_chat_template_uses_the_tokenizer():
     prompt = format_prompt("What is 2 + 2?", template="chat", tokenizer=builtin_tokenizer())
     assert prompt.startswith("<|im_start|>system\nSolve the problem.")
