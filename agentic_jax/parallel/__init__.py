@@ -3,10 +3,15 @@
 from agentic_jax.parallel.distributed import (
     RuntimeInfo,
     describe_devices,
+    fetch_to_host,
+    gather_rows,
     global_batch_from_local,
+    host_max,
     initialize_distributed,
     is_main_process,
     process_shard_of,
+    process_slice,
+    put_rows,
 )
 from agentic_jax.parallel.mesh import MESH_AXES, make_mesh, mesh_from_config
 from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, logical_to_mesh_spec
@@ -28,7 +33,10 @@ __all__ = [
     "cache_shardings",
     "create_sharded_model",
     "describe_devices",
+    "fetch_to_host",
+    "gather_rows",
     "global_batch_from_local",
+    "host_max",
     "initialize_distributed",
     "is_main_process",
     "logical_to_mesh_spec",
@@ -36,6 +44,8 @@ __all__ = [
     "mesh_from_config",
     "param_shardings",
     "process_shard_of",
+    "process_slice",
+    "put_rows",
     "shard_batch",
     "shard_cache",
     "variable_sharding",

@@ -21,6 +21,7 @@ from importlib import util as importlib_util
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 from absl import flags, logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -104,6 +105,8 @@ def initialize_distributed(
     if source == "vertex":
         coordinator_address, num_processes, process_id = vertex_cluster_args(environ)
     if source != "single" and not jax.distributed.is_initialized():
+        # CPU devices of different processes talk through gloo (no effect on GPU / TPU).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         # Arguments left None are filled in by jax's own cluster detection.
         jax.distributed.initialize(
             coordinator_address=coordinator_address, num_processes=num_processes,
@@ -206,14 +209,73 @@ def process_shard_of(items: Sequence[T], process_id: int | None = None,
     Contiguous blocks in process order match how `global_batch_from_local` lays rows out over a
     batch axis that spans processes, so the global batch keeps the order of `items`.
     """
+    return list(items[process_slice(len(items), process_id, num_processes)])
+
+
+def process_slice(n: int, process_id: int | None = None,
+                  num_processes: int | None = None) -> slice:
+    """The rows [start, stop) of `n` that are this process's share (see `process_shard_of`)."""
     process_id = jax.process_index() if process_id is None else process_id
     num_processes = jax.process_count() if num_processes is None else num_processes
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, {num_processes}), got {process_id}")
-    base, extra = divmod(len(items), num_processes)
+    base, extra = divmod(n, num_processes)
     start = process_id * base + min(process_id, extra)
-    stop = start + base + (process_id < extra)
-    return list(items[start:stop])
+    return slice(start, start + base + (process_id < extra))
+
+
+def gather_rows(tree: Any) -> Any:
+    """Every process's rows (axis 0 of each numpy leaf) concatenated in process order, on every
+    process; shares may differ in size. The identity in a single process.
+
+    For small per-episode records (grades, metrics inputs), not for model-sized data.
+    """
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+
+    leaves, treedef = jax.tree.flatten(tree)
+    leaves = [np.asarray(x) for x in leaves]
+    counts = {x.shape[0] for x in leaves}
+    if len(counts) != 1:
+        raise ValueError(f"gather_rows: leaves disagree on the number of rows {sorted(counts)}")
+    n = counts.pop()
+    sizes = np.asarray(multihost_utils.process_allgather(np.asarray([n], np.int32)))
+    sizes = sizes.reshape(-1)
+    most = int(sizes.max())
+    # bool does not travel through every collective backend: as uint8 and back.
+    padded = [np.concatenate([x.astype(np.uint8) if x.dtype == bool else x,
+                              np.zeros((most - n, *x.shape[1:]),
+                                       np.uint8 if x.dtype == bool else x.dtype)])
+              for x in leaves]
+    gathered = multihost_utils.process_allgather(padded)  # each [P, most, ...]
+    out = [np.concatenate([np.asarray(g)[p, :sizes[p]] for p in range(len(sizes))]).astype(x.dtype)
+           for g, x in zip(gathered, leaves)]
+    return jax.tree.unflatten(treedef, out)
+
+
+def host_max(value: int) -> int:
+    """The largest of every process's `value` (the value itself in a single process)."""
+    return int(gather_rows(np.asarray([value], np.int64)).max())
+
+
+def fetch_to_host(tree: Any) -> Any:
+    """The full value of every (possibly multi-host sharded) array of `tree` as numpy, on every
+    process. Every process must call it."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def put_rows(local_tree: Any, sharding: NamedSharding) -> Any:
+    """Global arrays with `sharding` from each process's rows (`jax.device_put` when alone)."""
+    if jax.process_count() == 1:
+        return jax.device_put(local_tree, sharding)
+    return jax.tree.map(
+        lambda leaf: jax.make_array_from_process_local_data(sharding, np.asarray(leaf)),
+        local_tree)
 
 
 def global_batch_from_local(local_tree: Any, mesh: Mesh, pspec: PartitionSpec) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import defaultdict
 from typing import Any, Callable, Sequence
 
 import jax
@@ -40,6 +39,8 @@ def evaluate(
     cfg: EvalConfig,
     tools: bool,
     seed: int = 0,
+    stages: Sequence[str] | None = None,
+    gather: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
 ) -> dict[str, float]:
     """Runs every problem ``cfg.num_samples`` times and aggregates.
 
@@ -47,6 +48,9 @@ def evaluate(
       agent_factory: builds an AgentLoop for a controller and loop config (shares the sampler).
       make_prompt: (problem, tools_allowed) -> prompt tokens.
       tools: False is the direct-answer setting (tools forbidden, prompt without the tool format).
+      stages: the stage names per-stage accuracy is reported under (default: the problems').
+      gather: on several hosts, each evaluates its share of the problems and ``gather``
+        (`agentic_jax.parallel.gather_rows`) joins the per-episode results before aggregation.
     """
     mode = "fixed" if tools else "forbidden"
     controller = ToolController(max_tool_calls=cfg.max_tool_calls, timeout_ms=cfg.timeout_ms,
@@ -67,31 +71,52 @@ def evaluate(
                            difficulties=[p.difficulty for p in chunk_padded],
                            stages=[p.stage for p in chunk_padded])
         episodes.extend(eps[:len(chunk)])
-    return summarize(jobs, episodes, k)
+    stages = sorted({p.stage for p in problems}) if stages is None else list(stages)
+    table = eval_table(jobs, episodes, stages)
+    if gather is not None:
+        table = gather(table)
+    return summarize_table(table, stages, k)
 
 
-def summarize(jobs: Sequence[Any], episodes: Sequence[Episode], k: int) -> dict[str, float]:
-    """Aggregate metrics of graded episodes (``jobs[i]`` is the problem of ``episodes[i]``)."""
+def eval_table(jobs: Sequence[Any], episodes: Sequence[Episode],
+               stages: Sequence[str]) -> dict[str, np.ndarray]:
+    """Grades the episodes (``jobs[i]`` is the problem of ``episodes[i]``): one row each."""
     infos = grade_batch([e.text for e in episodes], [p.answer for p in jobs])
-    correct = np.asarray([i.correct for i in infos], bool)
-    calls = np.asarray([e.num_tool_calls for e in episodes], float)
-    fails = np.asarray([e.num_tool_failures for e in episodes], float)
-    lengths = np.asarray([len(e.response_tokens) for e in episodes], float)
-    out = {
-        "accuracy": float(correct.mean()) if len(correct) else 0.0,
-        "code_use_rate": float((calls > 0).mean()) if len(calls) else 0.0,
-        "tool_calls": float(calls.mean()) if len(calls) else 0.0,
-        "exec_success_rate": float(1.0 - fails.sum() / calls.sum()) if calls.sum() else 0.0,
-        "response_length": float(lengths.mean()) if len(lengths) else 0.0,
-        "num_problems": float(len(jobs) // k),
+    index = {s: i for i, s in enumerate(stages)}
+    return {
+        "correct": np.asarray([i.correct for i in infos], np.float32),
+        "calls": np.asarray([e.num_tool_calls for e in episodes], np.float32),
+        "fails": np.asarray([e.num_tool_failures for e in episodes], np.float32),
+        "response_length": np.asarray([len(e.response_tokens) for e in episodes], np.float32),
+        "stage": np.asarray([index.get(p.stage, -1) for p in jobs], np.int32),
     }
-    by_stage: dict[str, list[bool]] = defaultdict(list)
-    for p, c in zip(jobs, correct):
-        by_stage[p.stage].append(bool(c))
-    for stage, values in by_stage.items():
-        out[f"accuracy/{stage}"] = float(np.mean(values))
-    if k > 1:
+
+
+def summarize_table(table: dict[str, np.ndarray], stages: Sequence[str],
+                    k: int) -> dict[str, float]:
+    """Aggregate metrics of an `eval_table` whose rows come in groups of ``k`` per problem."""
+    correct, calls = table["correct"] > 0, table["calls"]
+    n = len(correct)
+    out = {
+        "accuracy": float(correct.mean()) if n else 0.0,
+        "code_use_rate": float((calls > 0).mean()) if n else 0.0,
+        "tool_calls": float(calls.mean()) if n else 0.0,
+        "exec_success_rate": (float(1.0 - table["fails"].sum() / calls.sum())
+                              if calls.sum() else 0.0),
+        "response_length": float(table["response_length"].mean()) if n else 0.0,
+        "num_problems": float(n // k),
+    }
+    for i in sorted(set(table["stage"].tolist())):
+        name = stages[i] if 0 <= i < len(stages) else "other"
+        out[f"accuracy/{name}"] = float(correct[table["stage"] == i].mean())
+    if k > 1 and n:
         per_problem = correct.reshape(-1, k).sum(axis=1)
         for kk in sorted({1, k}):
             out[f"pass@{kk}"] = float(np.mean([pass_at_k(k, int(c), kk) for c in per_problem]))
     return out
+
+
+def summarize(jobs: Sequence[Any], episodes: Sequence[Episode], k: int) -> dict[str, float]:
+    """Aggregate metrics of graded episodes (``jobs[i]`` is the problem of ``episodes[i]``)."""
+    stages = sorted({p.stage for p in jobs})
+    return summarize_table(eval_table(jobs, episodes, stages), stages, k)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from agentic_jax.parallel.distributed import gather_rows, host_max, put_rows
 from agentic_jax.rl import advantages as adv_lib
 from agentic_jax.rl import filters as filter_lib
 from agentic_jax.rl import losses
@@ -22,7 +24,8 @@ class ExperienceConfig:
     """estimator: a key of ADVANTAGE_ESTIMATORS. kl_coef / kl_estimator / kl_in_reward: the KL
     to the reference policy, folded into the token rewards when kl_in_reward (else it is a loss
     term). row_multiple: kept rows are padded to a multiple of it (data shards x micro-batches
-    x minibatches)."""
+    x minibatches). length_multiple: the batch is cut to its longest episode rounded up to this
+    many tokens (0 keeps training.max_length columns)."""
 
     estimator: str = "gae"
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
@@ -31,6 +34,7 @@ class ExperienceConfig:
     kl_estimator: str = "k3"
     kl_in_reward: bool = False
     row_multiple: int = 1
+    length_multiple: int = 32
     compute_dtype: str | None = None
 
 
@@ -51,16 +55,20 @@ def make_train_batch(
     keep, train = filter_lib.episode_filter(
         cfg.filters, rollout.rewards, rollout.group_ids, rollout.truncated, rollout.void_turn)
     idx, real = filter_lib.kept_indices(keep, cfg.row_multiple)
-    stats = {"kept_frac": float(keep.mean()) if len(keep) else 0.0,
-             "trained_frac": float((keep & train).mean()) if len(keep) else 0.0}
-    if idx.size == 0:
+    # On several hosts each contributes its own rows; they agree on the row count and width.
+    flags = gather_rows({"keep": keep, "trained": keep & train})
+    stats = {"kept_frac": float(flags["keep"].mean()) if len(flags["keep"]) else 0.0,
+             "trained_frac": float(flags["trained"].mean()) if len(flags["keep"]) else 0.0}
+    num_rows = host_max(idx.size)
+    if num_rows == 0:
         return None, stats
-    rows = rollout.select(idx)
+    idx, real = _pad_rows(idx, real, num_rows)
+    longest = host_max(int(rollout.lengths[idx].max()))
+    rows = rollout.select(idx).trimmed(cfg.length_multiple, longest)
     loss_mask = filter_lib.mask_episodes(rows.loss_mask, train[idx] & real)
 
     def put(x):
-        x = jnp.asarray(x)
-        return x if batch_sharding is None else jax.device_put(x, batch_sharding)
+        return jnp.asarray(x) if batch_sharding is None else put_rows(x, batch_sharding)
 
     tokens, positions = put(rows.tokens), put(rows.positions)
     old_logprobs, values, _ = compute_logprobs(graphdef, state, tokens, positions,
@@ -86,21 +94,34 @@ def make_train_batch(
     return batch, stats
 
 
+def _pad_rows(idx: np.ndarray, real: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Extends the kept rows to ``n`` with masked repeats (row 0 when none was kept)."""
+    extra = n - idx.size
+    if extra <= 0:
+        return idx, real
+    fill = np.resize(idx if idx.size else np.zeros(1, np.int64), extra)
+    return np.concatenate([idx, fill]), np.concatenate([real, np.zeros(extra, bool)])
+
+
+@functools.lru_cache(maxsize=None)
+def _row_taker(sharding: Any):
+    """A compiled row gather that lays its result out with ``sharding`` (rows may move
+    between devices and hosts)."""
+    def take(tree, sel):
+        return jax.tree.map(lambda x: x[sel], tree)
+
+    return jax.jit(take) if sharding is None else jax.jit(take, out_shardings=sharding)
+
+
 def minibatches(batch: TrainBatch, num: int, rng: np.random.Generator,
                 batch_sharding: Any = None):
-    """Yields ``num`` row-disjoint minibatches of a shuffled batch."""
+    """Yields ``num`` row-disjoint minibatches of a shuffled batch (the same on every host:
+    ``rng`` is seeded alike everywhere)."""
     n = batch.tokens.shape[0]
     if n % num:
         raise ValueError(f"batch of {n} rows does not split into {num} minibatches")
     order = rng.permutation(n)
     size = n // num
+    take = _row_taker(batch_sharding)
     for i in range(num):
-        sel = jnp.asarray(np.sort(order[i * size:(i + 1) * size]))
-
-        def take(x):
-            if x is None:
-                return None
-            y = jnp.take(x, sel, axis=0)
-            return y if batch_sharding is None else jax.device_put(y, batch_sharding)
-
-        yield jax.tree.map(take, batch, is_leaf=lambda x: x is None)
+        yield take(batch, np.sort(order[i * size:(i + 1) * size]).astype(np.int32))

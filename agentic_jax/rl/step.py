@@ -82,10 +82,17 @@ def train_shardings(
     optimizer: optax.GradientTransformation,
     mesh: Mesh,
     state_shardings: Any = None,
+    *,
+    offload_opt_state: bool = False,
 ) -> TrainShardings:
     """Shardings of the step's arguments. `state` may be abstract (jax.eval_shape); by default
     the state's come from `agentic_jax.parallel.param_shardings`. Optimizer moments follow their
-    parameter, counters and scalars are replicated."""
+    parameter, counters and scalars are replicated.
+
+    offload_opt_state: the optimizer state lives in pinned host memory (ZeRO-3 with CPU offload:
+      each device's shard of the moments sits in its host's RAM); the step brings it to device
+      memory for the update and writes it back.
+    """
     if state_shardings is None:
         from agentic_jax.parallel import param_shardings
 
@@ -102,7 +109,17 @@ def train_shardings(
         transform_non_params=lambda _: replicated,
         is_leaf=lambda x: isinstance(x, NamedSharding),
     )
+    if offload_opt_state:
+        opt_shardings = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), opt_shardings)
     return TrainShardings(state_shardings, opt_shardings, NamedSharding(mesh, P(BATCH_AXES)))
+
+
+def _in_device_memory(shardings: Any) -> Any | None:
+    """The same shardings in device memory, or None when none of them is elsewhere."""
+    leaves = jax.tree.leaves(shardings)
+    if all(getattr(s, "memory_kind", None) in (None, "device") for s in leaves):
+        return None
+    return jax.tree.map(lambda s: s.with_memory_kind("device"), shardings)
 
 
 # ---------------------------------------------------------------------------- forward
@@ -287,6 +304,7 @@ def make_train_step(
     if mesh is not None and shardings is None:
         raise ValueError("make_train_step: a mesh needs `shardings=train_shardings(state, ...)`")
     data_shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    opt_on_device = None if shardings is None else _in_device_memory(shardings.opt_state)
 
     def step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array]):
         batch = as_train_batch(batch)
@@ -303,6 +321,8 @@ def make_train_step(
         loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        if opt_on_device is not None:  # offloaded: host -> device for the update, and back
+            opt_state = jax.device_put(opt_state, opt_on_device)
         params, opt_state = _update_if_finite(optimizer, grads, opt_state, params, finite)
 
         metrics = {name: term.mean() for name, term in terms.items()}

@@ -21,12 +21,22 @@ from flax import nnx
 from agentic_jax.data import Problem, prompts
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.data.sources import load_source
-from agentic_jax.parallel import batch_sharding, create_sharded_model, mesh_from_config
+from agentic_jax.parallel import (
+    batch_sharding,
+    create_sharded_model,
+    fetch_to_host,
+    gather_rows,
+    make_mesh,
+    mesh_from_config,
+    param_shardings,
+    process_slice,
+    put_rows,
+)
 from agentic_jax.reward import RewardConfig, grade_batch
 from agentic_jax.rl import builders, evaluation
 from agentic_jax.rl.experience import make_train_batch, minibatches
 from agentic_jax.rl.optim import make_optimizer
-from agentic_jax.rl.rollout_metrics import episode_metrics
+from agentic_jax.rl.rollout_metrics import episode_table, table_metrics
 from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
 from agentic_jax.rollout import AgentConfig, AgentLoop, RolloutBatch, Sampler, SamplingParams
 from agentic_jax.rollout import ToolController
@@ -51,6 +61,12 @@ class Trainer:
         builders.validate(config)
         self.config, self.workdir = config, workdir
         self.mesh = mesh_from_config(config.mesh)
+        self.num_processes = jax.process_count()
+        if config.training.batch_size % self.num_processes:
+            raise builders.ConfigError(
+                f"training.batch_size: expected a multiple of the {self.num_processes} "
+                f"processes (each rolls out whole prompt groups), got "
+                f"{config.training.batch_size}")
         self.tokenizer = builders.tokenizer(config)
         self.pad_id = _pad_id(self.tokenizer)
         self.model = self._build_model()
@@ -60,19 +76,24 @@ class Trainer:
             lr=t.lr, warmup_steps=t.warmup_steps, total_steps=t.total_steps,
             max_grad_norm=t.max_grad_norm, weight_decay=t.weight_decay,
             end_lr_ratio=t.end_lr_ratio)
-        self.shardings = train_shardings(state, self.optimizer, self.mesh)
+        self.shardings = train_shardings(state, self.optimizer, self.mesh,
+                                         offload_opt_state=bool(t.offload_optimizer))
         self.state = state
         self.opt_state = self._init_opt_state()
         self.ref_state = None
         data_shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
         self.row_multiple = data_shards * t.micro_batches * t.minibatches
+        # Rows each process contributes to a batch come in multiples of this.
+        self.local_row_multiple = (self.row_multiple // self.num_processes
+                                   if self.row_multiple % self.num_processes == 0
+                                   else self.row_multiple)
         self.batch_sharding = batch_sharding(self.mesh, 2)
         self.step_fn = make_train_step(
             self.graphdef, self.optimizer, builders.loss_config(config), self.mesh,
             t.micro_batches, shardings=self.shardings,
             compute_dtype=None if config.model.dtype == config.model.param_dtype
             else config.model.dtype)
-        self.experience_cfg = builders.experience_config(config, self.row_multiple)
+        self.experience_cfg = builders.experience_config(config, self.local_row_multiple)
         self.reward_cfg = RewardConfig(
             format_penalty=config.rl.format_penalty,
             tool_failure_penalty=config.rl.tool_failure_penalty,
@@ -92,6 +113,13 @@ class Trainer:
 
         self.sandbox = Sandbox(builders.sandbox_config(config))
         self.sampler = Sampler(self.model, max_len=t.max_length)
+        self.rollout_shardings = None
+        if self.num_processes > 1:
+            # Each host samples with its own copy of the policy on its local devices.
+            local_mesh = make_mesh(1, -1, 1, devices=jax.local_devices())
+            self.rollout_shardings = param_shardings(state, local_mesh)
+            self.sync_sampler()
+        self.stage_names = sorted({p.stage for p in self.train_problems + self.test_problems})
         self.agent_cfg = AgentConfig(
             max_length=t.max_length, max_output_tokens=e.max_output_tokens,
             sampling=SamplingParams(temperature=config.rollout.temperature,
@@ -109,8 +137,11 @@ class Trainer:
         if cfg.model.path:
             from agentic_jax.models import from_pretrained
 
-            return from_pretrained(cfg.model.path, dtype=cfg.model.param_dtype, mesh=self.mesh,
-                                   value_head=bool(cfg.model.value_head))
+            m = cfg.model
+            return from_pretrained(m.path, dtype=m.dtype, param_dtype=m.param_dtype,
+                                   mesh=self.mesh, value_head=bool(m.value_head), remat=m.remat,
+                                   attention_impl=m.attention_impl,
+                                   scan_unroll=int(m.scan_unroll))
         model_cfg = builders.model_config(cfg, len(self.tokenizer))
         return create_sharded_model(model_cfg, self.mesh, seed=cfg.seed)
 
@@ -178,7 +209,20 @@ class Trainer:
 
     def _set_params(self, params: dict[str, Any]) -> None:
         self.state = self._placed(params)
-        self.sampler.update_params(self.state)
+        self.sync_sampler()
+
+    def sync_sampler(self) -> None:
+        """Points the sampler at the current policy. On several hosts the global parameters are
+        gathered and every host places a copy on its own devices (every process must call it)."""
+        if self.rollout_shardings is None:
+            self.sampler.update_params(self.state)
+        else:
+            self.sampler.update_params(
+                jax.device_put(fetch_to_host(self.state), self.rollout_shardings))
+
+    def put_rows(self, local_tree: Any) -> Any:
+        """This process's rows of a batch -> global arrays split over the mesh's batch axes."""
+        return put_rows(local_tree, self.batch_sharding)
 
     def freeze_reference(self) -> None:
         """Snapshots the current policy as the KL reference (a copy: training donates state)."""
@@ -213,18 +257,26 @@ class Trainer:
     # ------------------------------------------------------------------ one RL step
 
     def rollout(self, step: int) -> tuple[RolloutBatch, list, list[Problem], dict[str, float]]:
-        """Samples the step's problems, runs the tool loop and grades every episode."""
+        """Samples the step's problems, runs the tool loop and grades every episode.
+
+        Every host draws the same problems; each rolls out and grades its contiguous share of
+        the episodes (whole prompt groups) and returns only those. The curriculum scheduler is
+        updated with every host's grades, so it stays the same everywhere.
+        """
         g = self.config.rl.group_size
         problems = self.scheduler.sample(self.config.training.batch_size)
         jobs = [p for p in problems for _ in range(g)]
         group_ids = np.repeat(np.arange(len(problems)), g)
+        share = process_slice(len(jobs))
+        local_jobs = jobs[share]
         rng = jax.random.fold_in(jax.random.key(self.config.seed), step)
         episodes, timing = self.make_agent(self.controller, self.agent_cfg).run(
-            [self.make_prompt(p) for p in jobs], rng,
-            difficulties=[p.difficulty for p in jobs], stages=[p.stage for p in jobs])
+            [self.make_prompt(p) for p in local_jobs], rng,
+            difficulties=[p.difficulty for p in local_jobs],
+            stages=[p.stage for p in local_jobs], row_offset=share.start, total_rows=len(jobs))
         t0 = time.perf_counter()
         infos = grade_batch(
-            [e.text for e in episodes], [p.answer for p in jobs], cfg=self.reward_cfg,
+            [e.text for e in episodes], [p.answer for p in local_jobs], cfg=self.reward_cfg,
             num_tool_calls=[e.num_tool_calls for e in episodes],
             num_tool_failures=[e.num_tool_failures for e in episodes],
             response_lengths=[e.num_model_tokens for e in episodes],
@@ -232,9 +284,10 @@ class Trainer:
         timing["reward_s"] = time.perf_counter() - t0
         rollout = RolloutBatch.from_episodes(
             episodes, length=self.config.training.max_length, pad_id=self.pad_id,
-            rewards=[i.reward for i in infos], group_ids=group_ids)
-        self.scheduler.update([(p, float(i.correct)) for p, i in zip(jobs, infos)])
-        return rollout, list(zip(episodes, infos)), jobs, timing
+            rewards=[i.reward for i in infos], group_ids=group_ids[share])
+        correct = gather_rows(np.asarray([i.correct for i in infos], np.float32))
+        self.scheduler.update(list(zip(jobs, correct.tolist())))
+        return rollout, list(zip(episodes, infos)), local_jobs, timing
 
     def update(self, rollout: RolloutBatch, step: int) -> dict[str, float]:
         """PPO epochs over the step's batch; returns the averaged update metrics."""
@@ -255,7 +308,7 @@ class Trainer:
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n += 1
-        self.sampler.update_params(self.state)
+        self.sync_sampler()
         out = {k: v / n for k, v in sums.items()}
         out.update(stats)
         return out
@@ -278,10 +331,11 @@ class Trainer:
         t1 = time.perf_counter()
         update = self.update(rollout, step)
         t2 = time.perf_counter()
-        metrics = episode_metrics(graded, jobs)
+        table = gather_rows(episode_table(graded, jobs, self.stage_names))
+        metrics = table_metrics(table, self.stage_names)
         metrics.update(update)
         metrics["kl"] = update.get("kl_ref", update.get("approx_kl", 0.0))
-        tokens = float(rollout.lengths.sum())
+        tokens = float(gather_rows(rollout.lengths).sum())
         metrics.update(
             tokens_per_sec=tokens / max(t2 - t0, 1e-9),
             time_rollout_s=t1 - t0, time_tools_s=timing.get("tool_wait_s", 0.0),
@@ -296,14 +350,17 @@ class Trainer:
     def evaluate(self, problems: list[Problem] | None = None, *, tools: bool,
                  num_samples: int = 1) -> dict[str, float]:
         problems = self.test_problems if problems is None else problems
+        problems = problems[process_slice(len(problems))]  # this host's share
         e = self.config.environment
         cfg = evaluation.EvalConfig(
-            batch_size=self.config.training.batch_size * self.config.rl.group_size,
+            batch_size=max(1, self.config.training.batch_size * self.config.rl.group_size
+                           // self.num_processes),
             temperature=self.config.rollout.eval_temperature, num_samples=num_samples,
             max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout)
         return evaluation.evaluate(problems, agent_factory=self.make_agent,
                                    make_prompt=self.make_prompt, agent_cfg=self.agent_cfg,
-                                   cfg=cfg, tools=tools, seed=self.config.seed)
+                                   cfg=cfg, tools=tools, seed=self.config.seed,
+                                   stages=self.stage_names, gather=gather_rows)
 
     def close(self) -> None:
         self.checkpointer.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 from typing import Any, Callable, Sequence
 
@@ -25,7 +26,7 @@ from agentic_jax.data import prompts as fmt
 
 logger = logging.getLogger(__name__)
 
-_LENGTH_BUCKET = 32
+_LENGTH_BUCKET = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,7 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     import jax
     from tqdm.auto import tqdm
 
+    from agentic_jax.parallel import process_slice
     from agentic_jax.rl.losses import LossConfig
     from agentic_jax.rl.optim import make_optimizer
     from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
@@ -129,8 +131,10 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     if steps <= 0 or batch_size <= 0:
         raise ValueError(f"warmstart.steps and warmstart.batch_size must be positive, got "
                          f"{steps}, {batch_size}")
-    # Rows split over the data shards: round the batch up to a multiple of them.
-    batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
+    # Rows split over the data shards and the processes: round the batch up to a multiple.
+    multiple = math.lcm(trainer.row_multiple, trainer.num_processes)
+    batch_size = -(-batch_size // multiple) * multiple
+    share = process_slice(batch_size)  # the rows of every batch this process contributes
     rng = random.Random(trainer.config.seed)
     pool = list(trainer.train_problems)
     needed = min(len(pool), steps * batch_size)
@@ -141,7 +145,8 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
         max_length=int(t.max_length), seed=trainer.config.seed)
     optimizer = make_optimizer(lr=float(w.lr), warmup_steps=max(1, steps // 10),
                                total_steps=steps, max_grad_norm=float(t.max_grad_norm))
-    shardings = train_shardings(trainer.state, optimizer, trainer.mesh)
+    shardings = train_shardings(trainer.state, optimizer, trainer.mesh,
+                                offload_opt_state=bool(t.offload_optimizer))
     loss_cfg = LossConfig(policy_loss="reinforce", value_coef=0.0, value_clip=None)
     step_fn = make_train_step(trainer.graphdef, optimizer, loss_cfg, trainer.mesh, 1,
                               shardings=shardings)
@@ -156,14 +161,13 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
         # Pad to the batch's longest example (rounded up, so only a few shapes compile).
         longest = max(len(ex.tokens) for ex in rows)
         length = min(int(t.max_length), -(-longest // _LENGTH_BUCKET) * _LENGTH_BUCKET)
-        batch = pack_batch(rows, length=length, pad_id=trainer.pad_id)
-        batch = jax.device_put(batch, trainer.batch_sharding)
+        batch = trainer.put_rows(pack_batch(rows[share], length=length, pad_id=trainer.pad_id))
         state, opt_state, m = step_fn(state, opt_state, batch)
         if i % 20 == 0 or i == steps - 1:
             metrics = {k: float(v) for k, v in jax.device_get(m).items()}
             bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
     trainer.state = state
-    trainer.sampler.update_params(state)
+    trainer.sync_sampler()
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
     return {"warmstart/loss": metrics.get("policy_loss", float("nan")),
             "warmstart/examples": float(len(examples)),

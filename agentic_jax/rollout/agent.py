@@ -86,9 +86,19 @@ class AgentLoop:
 
     def run(self, prompts: Sequence[Sequence[int]], rng: jax.Array, *,
             difficulties: Sequence[float] | None = None, stages: Sequence[str] | None = None,
-            metas: Sequence[dict] | None = None) -> tuple[list[Episode], dict[str, float]]:
-        """Rolls out one episode per prompt; returns (episodes, timing and tool statistics)."""
+            metas: Sequence[dict] | None = None, row_offset: int = 0,
+            total_rows: int | None = None) -> tuple[list[Episode], dict[str, float]]:
+        """Rolls out one episode per prompt; returns (episodes, timing and tool statistics).
+
+        Row b samples with ``jax.random.split(rng, total_rows)[row_offset + b]``: a host that
+        rolls out rows [row_offset, row_offset + len(prompts)) of a larger batch draws exactly
+        what one process rolling out the whole batch would.
+        """
         n = len(prompts)
+        total_rows = n if total_rows is None else total_rows
+        if row_offset < 0 or row_offset + n > total_rows:
+            raise ValueError(f"rows [{row_offset}, {row_offset + n}) are not inside a batch of "
+                             f"{total_rows}")
         difficulties = difficulties if difficulties is not None else [0.5] * n
         stages = stages if stages is not None else ["default"] * n
         rows = [self._new_row(p, d, s, (metas or [{}] * n)[i])
@@ -101,7 +111,7 @@ class AgentLoop:
         with timer("decode_s"):
             state = self.sampler.prefill([r.episode.prompt_tokens for r in rows])
         lengths = np.asarray([r.prompt_len for r in rows], np.int64)
-        row_keys = jax.random.split(rng, n)
+        row_keys = jax.random.split(rng, total_rows)[row_offset:row_offset + n]
         active = np.ones(n, bool)
         pending: dict[int, tuple[cf.Future, float]] = {}
         ready: dict[int, list[int]] = {}

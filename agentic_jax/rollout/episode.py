@@ -154,5 +154,22 @@ class RolloutBatch:
         return RolloutBatch(**{f.name: getattr(self, f.name)[index]
                                for f in dataclasses.fields(self)})
 
+    def trimmed(self, multiple: int, longest: int | None = None) -> RolloutBatch:
+        """The batch cut to the longest episode rounded up to ``multiple`` tokens (never longer
+        than it is), so the update does not compute over columns that are padding in every row;
+        rounding keeps the number of compiled shapes small. ``longest`` overrides this batch's
+        longest episode (hosts agree on one width)."""
+        width = self.tokens.shape[1]
+        if longest is None:
+            longest = int(self.lengths.max()) if len(self) else 0
+        if multiple <= 0 or longest <= 0:
+            return self
+        keep = min(width, max(multiple, -(-longest // multiple) * multiple))
+        if keep == width:
+            return self
+        return dataclasses.replace(self, **{
+            f.name: getattr(self, f.name)[:, :keep] for f in dataclasses.fields(self)
+            if getattr(self, f.name).ndim == 2})
+
     def __len__(self) -> int:
         return int(self.tokens.shape[0])

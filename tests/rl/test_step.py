@@ -209,3 +209,26 @@ def test_bfloat16_compute_keeps_float32_master_weights(setup):
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(bf16[0]))
     for x, y in zip(jax.tree.leaves(bf16[0]), jax.tree.leaves(f32[0])):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=2 * LR)
+
+
+def test_offloaded_optimizer_state_lives_on_the_host_and_updates_the_same(setup):
+    single = _run(setup["single"], *_fresh(setup), setup["batch"])
+    mesh = make_mesh(1, 4, 1, devices=jax.devices()[:4])
+    state, _ = _fresh(setup)
+    shardings = train_shardings(state, setup["optimizer"], mesh, offload_opt_state=True)
+    state = jax.device_put(state, shardings.state)
+    opt_state = jax.jit(
+        lambda s: init_opt_state(setup["optimizer"], s), out_shardings=shardings.opt_state
+    )(state)
+    step = make_train_step(setup["graphdef"], setup["optimizer"], LOSS, mesh=mesh,
+                           shardings=shardings)
+    state, opt_state, metrics = _run(step, state, opt_state,
+                                     jax.device_put(setup["batch"], shardings.batch))
+    kinds = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(opt_state)}
+    assert kinds == {"pinned_host"}
+    assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(state)} == {"device"}
+    for ma, mb in zip(single[2], metrics):
+        for k in ma:
+            assert mb[k] == pytest.approx(ma[k], rel=1e-4, abs=1e-5), k
+    for x, y in zip(jax.tree.leaves(single[0]), jax.tree.leaves(state)):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=5e-5)
