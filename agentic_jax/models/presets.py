@@ -50,6 +50,7 @@ def _llama3(hidden: int, mlp: int, layers: int, heads: int, kv_heads: int, tied:
 
 
 PRESETS: dict[str, ModelConfig] = {
+    "tiny-0.1m": _tiny(hidden=48, layers=2, heads=4, kv_heads=2, head_dim=12, mlp=128),
     "tiny-0.2m": _tiny(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, mlp=256),
     "tiny-1m": _tiny(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, mlp=384),
     "tiny-4m": _tiny(hidden=256, layers=5, heads=8, kv_heads=4, head_dim=32, mlp=768),

@@ -8,7 +8,7 @@ from flax import nnx
 
 from agentic_jax.models import PRESETS, ModelConfig, Transformer, get_preset
 
-TINY_SIZES = {"tiny-0.2m": 0.2e6, "tiny-1m": 1e6, "tiny-4m": 4e6, "tiny-16m": 16e6,
+TINY_SIZES = {"tiny-0.1m": 0.1e6, "tiny-0.2m": 0.2e6, "tiny-1m": 1e6, "tiny-4m": 4e6, "tiny-16m": 16e6,
               "tiny-60m": 60e6}
 
 

@@ -26,7 +26,7 @@ def load_config_module():
 scaling_sweep = load_config_module()
 
 
-@pytest.mark.parametrize("variant", [None, "smoke", "large"])
+@pytest.mark.parametrize("variant", [None, "cpu", "smoke", "large"])
 def test_sweep_spans_the_ladder(variant):
     c = scaling_sweep.get_config(variant)
     sizes = [PRESETS[p].num_params() for p in c.presets]
