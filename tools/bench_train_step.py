@@ -39,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--micro-batches", type=int, default=1)
     parser.add_argument("--dtype", default="float32", help="compute dtype of the model")
     parser.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    parser.add_argument(
+        "--scan-unroll",
+        type=int,
+        default=1,
+        help="layers per iteration of the layer loop (ModelConfig.scan_unroll)",
+    )
     parser.add_argument("--steps", type=int, default=5, help="timed steps after one warm-up")
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds")
@@ -54,6 +60,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         "value_head": True,
         "dtype": args.dtype,
         "remat": args.remat,
+        "scan_unroll": args.scan_unroll,
         "max_seq_len": max(args.seq_len, 2048),
     }
     if args.vocab:
@@ -170,7 +177,7 @@ def report(
     )
     print(
         f"model: {args.preset} vocab={cfg.vocab_size} params={cfg.num_params() / 1e6:.1f}M "
-        f"dtype={args.dtype} remat={args.remat}  batch={args.batch}x{args.seq_len} "
+        f"dtype={args.dtype} remat={args.remat} scan_unroll={args.scan_unroll}  batch={args.batch}x{args.seq_len} "
         f"micro_batches={args.micro_batches}  compile {compile_s:.1f}s"
     )
     print(
