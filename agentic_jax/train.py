@@ -25,7 +25,8 @@ from agentic_jax.parallel import distributed
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (+ ':variant').",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<timestamp>).")
-_PROGRESS = flags.DEFINE_boolean("progress", True, "Show progress bars.")
+_PROGRESS = flags.DEFINE_boolean(
+    "progress", True, "Show progress bars (also off with --config.logging.progress=False).")
 distributed.define_flags()
 
 # Errors that come from bad input: one clear line, exit code 2, no traceback.
@@ -50,7 +51,8 @@ def main(argv: list[str]) -> int:
         print(distributed.describe_devices(), flush=True)
         from agentic_jax.rl.run import train  # after the runtime is initialised
 
-        summary = train(config, workdir, progress=_PROGRESS.value)
+        progress = _PROGRESS.value and bool(config.logging.progress)
+        summary = train(config, workdir, progress=progress)
     except _USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
