@@ -142,3 +142,18 @@ def test_second_call_does_not_restart_the_runtime(initialize_calls, monkeypatch)
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
     info = dist.initialize_distributed("10.0.0.2:1234", 2, 0, environ={})
     assert initialize_calls == [] and info.source == "flags"
+
+
+def test_single_process_data_helpers():
+    assert dist.process_slice(10, 1, 3) == slice(4, 7)
+    assert dist.process_slice(10) == slice(0, 10)
+    rows = {"a": np.arange(3), "b": np.ones((3, 2), bool)}
+    assert dist.gather_rows(rows) is rows
+    assert dist.host_max(7) == 7
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    sharding = jax.sharding.NamedSharding(mesh, P("data"))
+    put = dist.put_rows({"x": np.arange(16.0).reshape(8, 2)}, sharding)["x"]
+    assert put.sharding == sharding
+    np.testing.assert_array_equal(np.asarray(put), np.arange(16.0).reshape(8, 2))
+    fetched = dist.fetch_to_host({"x": put})["x"]
+    assert isinstance(fetched, np.ndarray) and fetched.shape == (8, 2)

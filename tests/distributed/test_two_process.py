@@ -61,4 +61,7 @@ def test_two_processes_reduce_one_global_array():
         assert out["global_shape"] == [8, 3]
         assert out["mean"] == pytest.approx(3.5)
         assert out["psum"] == pytest.approx(3 * sum(range(8)))
+        assert out["gathered"] == [0.0, 10.0, 11.0]
+        assert out["flags"] == [True, True, False] and out["flag_dtype"] == "bool"
+        assert out["host_max"] == 4
     assert first["mean"] == second["mean"] and first["psum"] == second["psum"]

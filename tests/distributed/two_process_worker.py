@@ -17,7 +17,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from agentic_jax.parallel.distributed import (  # noqa: E402
     describe_devices,
+    gather_rows,
     global_batch_from_local,
+    host_max,
     initialize_distributed,
     is_main_process,
     process_shard_of,
@@ -33,7 +35,12 @@ def main(coordinator_address: str, process_id: int) -> None:
     mean = jax.jit(jnp.mean, out_shardings=jax.NamedSharding(mesh, P()))(batch)
     psum = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x.sum(), "data"), mesh=mesh,
                                  in_specs=P("data"), out_specs=P()))(batch)
+    # Uneven shares: process 0 has one row, process 1 two; bools survive the trip.
+    uneven = gather_rows({"x": np.arange(process_id + 1, dtype=np.float32) + 10 * process_id,
+                          "flag": np.arange(process_id + 1) % 2 == 0})
     print(json.dumps({
+        "gathered": uneven["x"].tolist(), "flags": uneven["flag"].tolist(),
+        "flag_dtype": str(uneven["flag"].dtype), "host_max": host_max(3 + process_id),
         "process_id": info.process_id, "source": info.source, "summary": describe_devices(),
         "main": is_main_process(), "rows": rows, "global_shape": list(batch.shape),
         "mean": float(mean), "psum": float(psum),
