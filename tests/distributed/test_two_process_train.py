@@ -18,10 +18,10 @@ _UPDATE_KEYS = ("policy_loss", "value_loss", "grad_norm", "approx_kl", "clip_fra
                 "tokens")
 
 
-def _command(workdir: Path, *extra: str) -> list[str]:
+def _command(workdir: Path, *extra: str, steps: int = _STEPS) -> list[str]:
     return [sys.executable, "-m", "agentic_jax.train", "--config=configs/math_ppo.py:smoke",
             f"--workdir={workdir}", "--progress=false",
-            f"--config.training.total_steps={_STEPS}", "--config.training.warmup_steps=1",
+            f"--config.training.total_steps={steps}", "--config.training.warmup_steps=1",
             *extra]
 
 
@@ -88,3 +88,8 @@ def test_two_processes_train_like_one_process_with_as_many_devices(tmp_path):
             assert s_got[when][setting]["accuracy"] == s_ref[when][setting]["accuracy"]
             assert s_got[when][setting]["response_length"] == pytest.approx(
                 s_ref[when][setting]["response_length"])
+
+    # The checkpoint the two processes wrote together resumes in one process.
+    (out,) = _run([_command(multi, steps=_STEPS + 1)], devices=4)
+    assert f"resuming from step {_STEPS}" in out
+    assert [r["step"] for r in _metrics(multi)] == list(range(1, _STEPS + 2))
