@@ -70,15 +70,23 @@ def _print_summary(s: dict) -> None:
         flush=True)
 
 
-def run() -> None:
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parse, with bad flags reported as one `error:` line and exit code 2."""
     try:
-        app.run(lambda argv: sys.exit(main(argv)))
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     except AttributeError as err:
-        # An override of a field the config does not have, raised while flags are parsed.
-        overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+        # An override of a field the config does not have.
+        overrides = [a for a in argv[1:] if a.startswith("--config.")]
         hint = " ".join(re.sub(r"\\n|[\\'\"]", " ", str(err)).split())
         print(f"error: unknown config field in {' '.join(overrides)}: {hint}", file=sys.stderr)
         sys.exit(2)
+
+
+def run() -> None:
+    app.run(lambda argv: sys.exit(main(argv)), flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                  "micro_batches"):
         _require(int(t[name]) > 0, f"training.{name}", "a positive integer", t[name])
     _require(t.lr > 0, "training.lr", "a positive number", t.lr)
-    _require(0 <= t.warmup_steps <= t.total_steps, "training.warmup_steps",
-             f"0..training.total_steps ({t.total_steps})", t.warmup_steps)
+    _require(0 <= t.warmup_steps < t.total_steps, "training.warmup_steps",
+             f"an integer in [0, training.total_steps={t.total_steps})", t.warmup_steps)
     _require(t.max_grad_norm > 0, "training.max_grad_norm", "a positive number", t.max_grad_norm)
     _require(e.timeout > 0, "environment.timeout", "a positive number of ms", e.timeout)
     _require(e.memory_limit > 0, "environment.memory_limit", "a positive number of MB",

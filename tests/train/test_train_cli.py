@@ -1,0 +1,44 @@
+"""The main job's command line on bad input: one line naming the field, exit 2, workdir intact."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _train(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    return subprocess.run(
+        [sys.executable, "-m", "agentic_jax.train", "--config=configs/math_ppo.py:smoke",
+         f"--workdir={workdir}", "--progress=false", *flags],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--config.training.no_such_key=1"], ["unknown config field", "no_such_key"]),
+    (["--config.training.lr=fast"], ["training.lr", "fast"]),
+    (["--config.checkpoint.init_from=/nonexistent/run"], ["checkpoint.init_from",
+                                                          "/nonexistent/run"]),
+    (["--config.mesh.data=3"], ["mesh", "3"]),
+    (["--config.training.warmup_steps=4"], ["training.warmup_steps", "4"]),
+    (["--config.data.template=fancy"], ["data.template", "fancy"]),
+    (["--config.model.preset=tiny-3b"], ["model.preset", "tiny-3b"]),
+])
+def test_bad_input_is_one_line_and_leaves_the_workdir_alone(tmp_path, flags, names):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    keep = workdir / "notes.txt"
+    keep.write_text("mine")
+    result = _train(workdir, *flags)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    for name in names:
+        assert name in errors[0], errors[0]
+    assert sorted(os.listdir(workdir)) == ["notes.txt"] and keep.read_text() == "mine"
