@@ -41,6 +41,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.training.weight_decay = 0.0
     c.training.total_steps = 40
     c.training.max_length = 160  # prompt + response tokens per episode
+    # Update batches are cut to their longest episode rounded up to this (0: max_length).
+    c.training.length_bucket = 32
     c.training.ppo_epochs = 2
     c.training.minibatches = 2
     c.training.micro_batches = 1  # gradient accumulation inside the compiled step

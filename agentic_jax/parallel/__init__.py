@@ -2,9 +2,11 @@
 
 from agentic_jax.parallel.distributed import (
     RuntimeInfo,
+    agree,
     describe_devices,
     fetch_to_host,
     gather_rows,
+    gather_texts,
     global_batch_from_local,
     host_max,
     initialize_distributed,
@@ -32,9 +34,11 @@ __all__ = [
     "batch_sharding",
     "cache_shardings",
     "create_sharded_model",
+    "agree",
     "describe_devices",
     "fetch_to_host",
     "gather_rows",
+    "gather_texts",
     "global_batch_from_local",
     "host_max",
     "initialize_distributed",

@@ -254,6 +254,28 @@ def gather_rows(tree: Any) -> Any:
     return jax.tree.unflatten(treedef, out)
 
 
+def gather_texts(texts: Sequence[str]) -> list[str]:
+    """Every process's strings concatenated in process order, on every process."""
+    if jax.process_count() == 1:
+        return list(texts)
+    data = [t.encode("utf-8") for t in texts]
+    width = max(1, host_max(max((len(d) for d in data), default=0)))
+    buf = np.zeros((len(data), width), np.uint8)
+    for i, d in enumerate(data):
+        buf[i, :len(d)] = np.frombuffer(d, np.uint8)
+    rows = gather_rows({"bytes": buf, "length": np.asarray([len(d) for d in data], np.int32)})
+    return [bytes(row[:n]).decode("utf-8") for row, n in zip(rows["bytes"], rows["length"])]
+
+
+def agree(value: bool) -> bool:
+    """Process 0's `value` on every process (for decisions read from local files)."""
+    if jax.process_count() == 1:
+        return bool(value)
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(bool(value))))
+
+
 def host_max(value: int) -> int:
     """The largest of every process's `value` (the value itself in a single process)."""
     return int(gather_rows(np.asarray([value], np.int64)).max())
@@ -270,12 +292,21 @@ def fetch_to_host(tree: Any) -> Any:
 
 
 def put_rows(local_tree: Any, sharding: NamedSharding) -> Any:
-    """Global arrays with `sharding` from each process's rows (`jax.device_put` when alone)."""
-    if jax.process_count() == 1:
+    """Global arrays with `sharding` from each process's rows (`jax.device_put` when alone).
+
+    Every process contributes the same number of rows and `sharding` splits axis 0 over all
+    processes (the global batch has process_count() times the local rows; jax raises otherwise).
+    """
+    count = jax.process_count()
+    if count == 1:
         return jax.device_put(local_tree, sharding)
-    return jax.tree.map(
-        lambda leaf: jax.make_array_from_process_local_data(sharding, np.asarray(leaf)),
-        local_tree)
+
+    def put(leaf):
+        leaf = np.asarray(leaf)
+        global_shape = (leaf.shape[0] * count, *leaf.shape[1:])
+        return jax.make_array_from_process_local_data(sharding, leaf, global_shape)
+
+    return jax.tree.map(put, local_tree)
 
 
 def global_batch_from_local(local_tree: Any, mesh: Mesh, pspec: PartitionSpec) -> Any:

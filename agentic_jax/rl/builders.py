@@ -37,6 +37,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _require(t.lr > 0, "training.lr", "a positive number", t.lr)
     _require(0 <= t.warmup_steps < t.total_steps, "training.warmup_steps",
              f"an integer in [0, training.total_steps={t.total_steps})", t.warmup_steps)
+    _require(int(t.length_bucket) >= 0, "training.length_bucket",
+             "an integer >= 0 (0: batches keep training.max_length columns)", t.length_bucket)
     _require(t.max_grad_norm > 0, "training.max_grad_norm", "a positive number", t.max_grad_norm)
     _require(e.timeout > 0, "environment.timeout", "a positive number of ms", e.timeout)
     _require(e.memory_limit > 0, "environment.memory_limit", "a positive number of MB",
@@ -95,6 +97,7 @@ def experience_config(config: ml_collections.ConfigDict, row_multiple: int) -> E
         kl_estimator=r.kl_estimator,
         kl_in_reward=bool(r.kl_in_reward),
         row_multiple=row_multiple,
+        length_multiple=int(config.training.length_bucket),
         compute_dtype=None if config.model.dtype == config.model.param_dtype else config.model.dtype,
     )
 

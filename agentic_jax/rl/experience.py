@@ -65,6 +65,9 @@ def make_train_batch(
     idx, real = _pad_rows(idx, real, num_rows)
     longest = host_max(int(rollout.lengths[idx].max()))
     rows = rollout.select(idx).trimmed(cfg.length_multiple, longest)
+    # Padding rows get groups of their own: repeats must not weigh in a group's statistics.
+    group_ids = rows.group_ids.copy()
+    group_ids[~real] = -1 - np.arange(int((~real).sum()))
     loss_mask = filter_lib.mask_episodes(rows.loss_mask, train[idx] & real)
 
     def put(x):
@@ -85,7 +88,7 @@ def make_train_batch(
     estimator = adv_lib.get_advantage_estimator(cfg.estimator)
     advantages, returns = estimator(
         put(rows.rewards), mask, cfg.advantage, values=values,
-        group_ids=put(rows.group_ids), token_rewards=token_rewards)
+        group_ids=put(group_ids), token_rewards=token_rewards)
     batch = TrainBatch(
         tokens=tokens, positions=positions, loss_mask=mask, old_logprobs=old_logprobs,
         advantages=advantages, returns=returns, old_values=values,

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 from tqdm.auto import tqdm
 
-from agentic_jax.parallel.distributed import is_main_process
+from agentic_jax.parallel.distributed import agree, is_main_process
 from agentic_jax.rl.trainer import Trainer
 from agentic_jax.rl.warmstart import run_warm_start
 from agentic_jax.utils import MetricsWriter, read_metrics
@@ -82,7 +82,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         if resumed:
             _say(f"resuming from step {trainer.step} ({trainer.checkpointer.directory})")
         init_path = os.path.join(workdir, INITIAL_EVAL)
-        if resumed and os.path.exists(init_path):
+        # Process 0 decides (a file may show up on one host's view of the disk before another's).
+        if resumed and agree(os.path.exists(init_path)):
             info = _read_json(init_path)
         else:
             info = _start(trainer, config, progress)

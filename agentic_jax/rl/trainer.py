@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -26,6 +26,7 @@ from agentic_jax.parallel import (
     create_sharded_model,
     fetch_to_host,
     gather_rows,
+    gather_texts,
     make_mesh,
     mesh_from_config,
     param_shardings,
@@ -45,6 +46,13 @@ from agentic_jax.utils import Checkpointer
 logger = logging.getLogger(__name__)
 
 
+class CodeResult(NamedTuple):
+    """What the warm start needs of a snippet's run."""
+
+    ok: bool
+    stdout: str
+
+
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite updates; the last good checkpoint is kept."""
 
@@ -62,6 +70,11 @@ class Trainer:
         self.config, self.workdir = config, workdir
         self.mesh = mesh_from_config(config.mesh)
         self.num_processes = jax.process_count()
+        batch_shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+        if batch_shards % self.num_processes:
+            raise builders.ConfigError(
+                f"mesh: the batch axes (data x fsdp = {batch_shards}) must span the "
+                f"{self.num_processes} processes, so that each feeds its own rows")
         if config.training.batch_size % self.num_processes:
             raise builders.ConfigError(
                 f"training.batch_size: expected a multiple of the {self.num_processes} "
@@ -236,7 +249,7 @@ class Trainer:
             return False
         tree = restored.state
         self._set_params(tree["params"])
-        self.opt_state = tree["opt_state"]
+        self.opt_state = jax.device_put(tree["opt_state"], self.shardings.opt_state)
         if "ref_params" in tree:
             self.ref_state = self._placed(tree["ref_params"])
         self.step = restored.step
@@ -270,6 +283,7 @@ class Trainer:
         share = process_slice(len(jobs))
         local_jobs = jobs[share]
         rng = jax.random.fold_in(jax.random.key(self.config.seed), step)
+        controller_before = self.controller.state_dict()
         episodes, timing = self.make_agent(self.controller, self.agent_cfg).run(
             [self.make_prompt(p) for p in local_jobs], rng,
             difficulties=[p.difficulty for p in local_jobs],
@@ -287,7 +301,32 @@ class Trainer:
             rewards=[i.reward for i in infos], group_ids=group_ids[share])
         correct = gather_rows(np.asarray([i.correct for i in infos], np.float32))
         self.scheduler.update(list(zip(jobs, correct.tolist())))
+        if self.num_processes > 1:
+            self._sync_controller(controller_before, episodes, local_jobs)
         return rollout, list(zip(episodes, infos)), local_jobs, timing
+
+    def _sync_controller(self, before: dict[str, Any], episodes: list, jobs: list) -> None:
+        """Replays every host's episodes onto the controller's pre-rollout state, so that tool
+        budgets stay the same on every host."""
+        index = {name: i for i, name in enumerate(self.stage_names)}
+        rows = gather_rows({
+            "budget": np.asarray([e.tool_budget for e in episodes], np.int32),
+            "stage": np.asarray([index.get(p.stage, -1) for p in jobs], np.int32),
+            "calls": np.asarray([e.num_tool_calls for e in episodes], np.int32),
+            "failures": np.asarray([e.num_tool_failures for e in episodes], np.int32)})
+        names = [self.stage_names[i] if i >= 0 else "default" for i in rows["stage"]]
+        self.controller.load_state_dict(before)
+        self.controller.replay(rows["budget"], list(zip(names, rows["calls"], rows["failures"])))
+
+    def run_code(self, codes: list[str]) -> list[CodeResult]:
+        """Runs snippets in the sandbox; on several hosts each runs its share and every host gets
+        every result (so all build the same warm-start examples)."""
+        if self.num_processes == 1:
+            return [CodeResult(r.ok, r.stdout) for r in self.sandbox.run_batch(codes)]
+        local = self.sandbox.run_batch(codes[process_slice(len(codes))]) if codes else []
+        ok = gather_rows(np.asarray([r.ok for r in local], bool))
+        stdout = gather_texts([r.stdout if r.ok else "" for r in local])
+        return [CodeResult(bool(o), out) for o, out in zip(ok, stdout)]
 
     def update(self, rollout: RolloutBatch, step: int) -> dict[str, float]:
         """PPO epochs over the step's batch; returns the averaged update metrics."""

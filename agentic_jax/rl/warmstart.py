@@ -141,7 +141,7 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     chosen = rng.sample(pool, needed)
     examples = build_examples(
         chosen, make_prompt=trainer.make_prompt, tokenizer=trainer.tokenizer,
-        run_code=trainer.sandbox.run_batch, tool_fraction=float(w.tool_fraction),
+        run_code=trainer.run_code, tool_fraction=float(w.tool_fraction),
         max_length=int(t.max_length), seed=trainer.config.seed)
     optimizer = make_optimizer(lr=float(w.lr), warmup_steps=max(1, steps // 10),
                                total_steps=steps, max_grad_norm=float(t.max_grad_norm))

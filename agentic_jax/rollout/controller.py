@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,17 @@ class ToolController:
         old = self.success_rate.get(stage)
         self.success_rate[stage] = rate if old is None else (
             self.ema_decay * old + (1.0 - self.ema_decay) * rate)
+
+    def replay(self, budgets: Sequence[int],
+               observations: Sequence[tuple[str, int, int]]) -> None:
+        """Counts the decided budgets and observes (stage, calls, failures) of finished episodes,
+        as if this controller had run them: several hosts replay every host's episodes, in
+        batch order, onto the same starting state and stay identical."""
+        for budget in budgets:
+            key = f"budget_{int(budget)}"
+            self.decisions[key] = self.decisions.get(key, 0) + 1
+        for stage, calls, failures in observations:
+            self.observe(stage, int(calls), int(failures))
 
     def metrics(self) -> dict[str, float]:
         """Controller state for the metrics log."""

@@ -63,3 +63,19 @@ def test_trimmed_keeps_every_episode_token(multiple):
     assert cut.tokens.shape[1] >= int(batch.lengths.max())
     assert cut.tokens.shape[1] % multiple == 0
     assert cut.loss_mask.sum() == batch.loss_mask.sum()
+
+
+def test_padding_rows_do_not_weigh_in_group_statistics():
+    cfg = get_preset("tiny-0.2m", vocab_size=64, value_head=True)
+    graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    rng = np.random.default_rng(1)
+    batch = RolloutBatch.from_episodes(_episodes([9, 12, 10], rng), length=32, pad_id=0,
+                                       rewards=[1.0, 0.0, 0.0], group_ids=[0, 0, 0])
+    base = ExperienceConfig(estimator="grpo")
+    exact, _ = make_train_batch(batch, base, graphdef=graphdef, state=state)
+    padded, _ = make_train_batch(batch, dataclasses.replace(base, row_multiple=4),
+                                 graphdef=graphdef, state=state)
+    assert exact.tokens.shape[0] == 3 and padded.tokens.shape[0] == 4
+    assert float(np.asarray(padded.loss_mask)[3].sum()) == 0.0  # the repeat is masked out
+    np.testing.assert_allclose(np.asarray(padded.advantages)[:3], np.asarray(exact.advantages),
+                               atol=1e-6)

@@ -187,3 +187,15 @@ def test_unclosed_and_reopened_blocks(tok, sandbox):
     eps, _, _, _ = run(tok, sandbox, [reopened, unclosed], ["Q\n", "Q\n"], max_length=80)
     assert "```output\n2\n```" in eps[0].text and eps[0].num_tool_calls == 1
     assert eps[1].num_tool_calls == 0 and eps[1].finish_reason == "length"
+
+
+def test_controller_replay_matches_running_the_episodes():
+    ran, replayed = ToolController(max_tool_calls=3), ToolController(max_tool_calls=3)
+    episodes = [("arithmetic", 0.1, 2, 1), ("algebra", 0.9, 1, 1), ("arithmetic", 0.5, 3, 0)]
+    budgets = []
+    for stage, difficulty, calls, failures in episodes:
+        budgets.append(ran.decide(difficulty=difficulty, stage=stage).tool_budget)
+        ran.observe(stage, calls, failures)
+    replayed.replay(budgets, [(s, c, f) for s, _, c, f in episodes])
+    assert replayed.state_dict() == ran.state_dict()
+    assert replayed.success_rate["algebra"] == 0.0
