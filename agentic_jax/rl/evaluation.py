@@ -41,6 +41,8 @@ def evaluate(
     seed: int = 0,
     stages: Sequence[str] | None = None,
     gather: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+    job_offset: int = 0,
+    job_total: int | None = None,
 ) -> dict[str, float]:
     """Runs every problem ``cfg.num_samples`` times and aggregates.
 
@@ -51,6 +53,8 @@ def evaluate(
       stages: the stage names per-stage accuracy is reported under (default: the problems').
       gather: on several hosts, each evaluates its share of the problems and ``gather``
         (`agentic_jax.parallel.gather_rows`) joins the per-episode results before aggregation.
+      job_offset / job_total: where this share's episodes sit among all hosts' (episode j draws
+        with key j of one split, so sampled evaluations do not depend on the split or chunks).
     """
     mode = "fixed" if tools else "forbidden"
     controller = ToolController(max_tool_calls=cfg.max_tool_calls, timeout_ms=cfg.timeout_ms,
@@ -62,14 +66,16 @@ def evaluate(
     jobs = [p for p in problems for _ in range(k)]
     episodes: list[Episode] = []
     rng = jax.random.key(seed)
+    # Room after the last episode for the padding rows of a final, partial chunk.
+    total = (len(jobs) if job_total is None else job_total) + cfg.batch_size
     for start in range(0, len(jobs), cfg.batch_size):
         chunk = list(jobs[start:start + cfg.batch_size])
         pad = cfg.batch_size - len(chunk)
         chunk_padded = chunk + [chunk[-1]] * pad  # fixed batch shape: one compilation
-        rng, key = jax.random.split(rng)
-        eps, _ = agent.run([make_prompt(p, tools) for p in chunk_padded], key,
+        eps, _ = agent.run([make_prompt(p, tools) for p in chunk_padded], rng,
                            difficulties=[p.difficulty for p in chunk_padded],
-                           stages=[p.stage for p in chunk_padded])
+                           stages=[p.stage for p in chunk_padded],
+                           row_offset=job_offset + start, total_rows=total)
         episodes.extend(eps[:len(chunk)])
     stages = sorted({p.stage for p in problems}) if stages is None else list(stages)
     table = eval_table(jobs, episodes, stages)

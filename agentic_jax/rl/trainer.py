@@ -389,7 +389,8 @@ class Trainer:
     def evaluate(self, problems: list[Problem] | None = None, *, tools: bool,
                  num_samples: int = 1) -> dict[str, float]:
         problems = self.test_problems if problems is None else problems
-        problems = problems[process_slice(len(problems))]  # this host's share
+        share = process_slice(len(problems))
+        num_problems, problems = len(problems), problems[share]  # this host's share
         e = self.config.environment
         cfg = evaluation.EvalConfig(
             batch_size=max(1, self.config.training.batch_size * self.config.rl.group_size
@@ -399,7 +400,9 @@ class Trainer:
         return evaluation.evaluate(problems, agent_factory=self.make_agent,
                                    make_prompt=self.make_prompt, agent_cfg=self.agent_cfg,
                                    cfg=cfg, tools=tools, seed=self.config.seed,
-                                   stages=self.stage_names, gather=gather_rows)
+                                   stages=self.stage_names, gather=gather_rows,
+                                   job_offset=share.start * max(1, num_samples),
+                                   job_total=num_problems * max(1, num_samples))
 
     def close(self) -> None:
         self.checkpointer.close()
