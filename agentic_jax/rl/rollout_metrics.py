@@ -55,6 +55,7 @@ def table_metrics(table: dict[str, np.ndarray], stages: Sequence[str]) -> dict[s
         "answer_rate": float(table["answered"].mean()),
         "truncated_rate": float(table["truncated"].mean()),
         "void_turn_rate": float(table["void_turn"].mean()),
+        "num_episodes": float(len(calls)),  # what the rates are over (scaling-law weights)
     }
     with_code, without = correct[calls > 0], correct[calls == 0]
     if with_code.size:

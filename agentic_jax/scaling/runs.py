@@ -7,7 +7,8 @@ What is read (the trainer's run directory format):
   T  each record's "step"; `RunPoints.T` is in millions of steps.
   L  each record's "response_length" (mean tokens per response).
   y  each record's success key, "accuracy" unless told otherwise (e.g. "eval_accuracy").
-  n  each record's weight key ("num_problems"), used only when every kept record has it.
+  n  each record's weight: the first of "num_episodes" (the trainer's step metrics) and
+     "num_problems" (evaluations) that every kept record has; none weighs every point 1.
 
 A run may still be writing: its partial last line, and any garbage line, is skipped and
 counted; records without a usable step, success rate or length are dropped and counted.
@@ -95,15 +96,23 @@ def read_num_params(run_dir: str, records: Sequence[Mapping[str, Any]]) -> float
     return float(value)
 
 
+WEIGHT_KEYS = ("num_episodes", "num_problems")
+
+
 def load_run(
-    run_dir: str, success_key: str = "accuracy", weight_key: str = "num_problems"
+    run_dir: str, success_key: str = "accuracy", weight_key: str | Sequence[str] = WEIGHT_KEYS
 ) -> RunPoints:
     """Reads one run's points; raises FileNotFoundError/ValueError for unusable directories."""
     records, skipped = load_metrics(run_dir)
     num_params = read_num_params(run_dir, records)
     kept = [r for r in records if _usable(r, success_key)]
-    weights = [r.get(weight_key) for r in kept]
-    has_weights = bool(kept) and all(is_finite_number(v) and v > 0 for v in weights)
+    keys = (weight_key,) if isinstance(weight_key, str) else tuple(weight_key)
+    weights, has_weights = [], False
+    for key in keys:
+        weights = [r.get(key) for r in kept]
+        has_weights = bool(kept) and all(is_finite_number(v) and v > 0 for v in weights)
+        if has_weights:
+            break
     return RunPoints(
         run_dir=run_dir,
         num_params=num_params,

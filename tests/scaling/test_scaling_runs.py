@@ -109,3 +109,17 @@ def test_unreadable_metrics_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr("agentic_jax.scaling.runs.read_metrics", refuse)
     with pytest.raises(OSError, match="metrics.jsonl: cannot read metrics \\(Permission denied"):
         load_metrics(str(tmp_path))
+
+
+def test_trainer_episode_counts_weigh_the_points(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"num_params": 1e6}))
+    records = [
+        {"step": 1, "accuracy": 0.5, "response_length": 20.0, "num_episodes": 64.0,
+         "num_problems": 3},
+        {"step": 2, "accuracy": 0.6, "response_length": 21.0, "num_episodes": 32.0},
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert load_run(str(run_dir)).num_problems.tolist() == [64.0, 32.0]
+    assert load_run(str(run_dir), weight_key="num_problems").num_problems is None
