@@ -28,6 +28,7 @@ def _train(workdir: Path, *flags: str) -> subprocess.CompletedProcess:
     (["--config.training.warmup_steps=4"], ["training.warmup_steps", "4"]),
     (["--config.data.template=fancy"], ["data.template", "fancy"]),
     (["--config.model.preset=tiny-3b"], ["model.preset", "tiny-3b"]),
+    (["--config.training.max_length=16"], ["training.max_length", "longest prompt"]),
 ])
 def test_bad_input_is_one_line_and_leaves_the_workdir_alone(tmp_path, flags, names):
     workdir = tmp_path / "run"
