@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _WORKER = Path(__file__).with_name("two_process_worker.py")
@@ -65,3 +66,37 @@ def test_two_processes_reduce_one_global_array():
         assert out["flags"] == [True, True, False] and out["flag_dtype"] == "bool"
         assert out["host_max"] == 4
     assert first["mean"] == second["mean"] and first["psum"] == second["psum"]
+
+
+_BATCH_WORKER = Path(__file__).with_name("two_process_batch_worker.py")
+
+
+def test_hosts_keeping_different_row_counts_form_one_batch():
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [
+        subprocess.Popen([sys.executable, str(_BATCH_WORKER), address, str(pid)],
+                         env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for pid in range(2)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=_TIMEOUT_S)
+            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{err[-3000:]}"
+            outputs.append(json.loads(out.strip().splitlines()[-1]))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"two-process batch did not finish within {_TIMEOUT_S} s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    first, second = outputs
+    assert first == second  # one global batch, seen alike from both hosts
+    # Process 0 kept 2 rows and padded to process 1's 4 with masked repeats; the width is the
+    # longest kept episode of either host (28 tokens) rounded up to 32.
+    assert first["shape"] == [8, 32]
+    assert first["mask_per_row"] == [12.0, 20.0, 0.0, 0.0, 6.0, 9.0, 12.0, 24.0]
+    assert first["kept_frac"] == pytest.approx(6 / 8)
+    assert np.isfinite(first["adv_sum"])
