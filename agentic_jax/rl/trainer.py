@@ -94,12 +94,9 @@ class Trainer:
         self.state = state
         self.opt_state = self._init_opt_state()
         self.ref_state = None
-        data_shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        self.row_multiple = data_shards * t.micro_batches * t.minibatches
+        self.row_multiple = batch_shards * t.micro_batches * t.minibatches
         # Rows each process contributes to a batch come in multiples of this.
-        self.local_row_multiple = (self.row_multiple // self.num_processes
-                                   if self.row_multiple % self.num_processes == 0
-                                   else self.row_multiple)
+        self.local_row_multiple = self.row_multiple // self.num_processes
         self.batch_sharding = batch_sharding(self.mesh, 2)
         self.step_fn = make_train_step(
             self.graphdef, self.optimizer, builders.loss_config(config), self.mesh,
