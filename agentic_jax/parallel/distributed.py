@@ -281,14 +281,29 @@ def host_max(value: int) -> int:
     return int(gather_rows(np.asarray([value], np.int64)).max())
 
 
-def fetch_to_host(tree: Any) -> Any:
-    """The full value of every (possibly multi-host sharded) array of `tree` as numpy, on every
-    process. Every process must call it."""
-    if jax.process_count() == 1:
-        return jax.device_get(tree)
-    from jax.experimental import multihost_utils
+def per_host_copy(tree: Any, local_shardings: Any) -> Any:
+    """A copy of `tree`'s (multi-host sharded) arrays on each process's own devices, laid out as
+    `local_shardings` (NamedShardings over one mesh of `jax.local_devices()`).
 
-    return multihost_utils.process_allgather(tree, tiled=True)
+    The data moves device to device: the arrays are resharded to be replicated across processes
+    and sharded within each like `local_shardings`, then every process keeps its own shards.
+    Every process must call it.
+    """
+    count = jax.process_count()
+    if count == 1:
+        return jax.device_put(tree, local_shardings)
+    local_mesh = jax.tree.leaves(local_shardings)[0].mesh
+    rows = [[d for d in jax.devices() if d.process_index == p] for p in range(count)]
+    if list(local_mesh.devices.flat) != rows[jax.process_index()]:
+        raise ValueError("per_host_copy: the local mesh must list jax.local_devices() in order")
+    grid = np.array(rows, dtype=object).reshape(count, *local_mesh.devices.shape)
+    mesh = Mesh(grid, ("hosts", *local_mesh.axis_names))
+    spread = jax.tree.map(lambda s: NamedSharding(mesh, s.spec), local_shardings)
+    resharded = jax.jit(lambda t: t, out_shardings=spread)(tree)
+    return jax.tree.map(
+        lambda x, s: jax.make_array_from_single_device_arrays(
+            x.shape, s, [shard.data for shard in x.addressable_shards]),
+        resharded, local_shardings)
 
 
 def put_rows(local_tree: Any, sharding: NamedSharding) -> Any:

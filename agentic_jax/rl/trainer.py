@@ -24,12 +24,12 @@ from agentic_jax.data.sources import load_source
 from agentic_jax.parallel import (
     batch_sharding,
     create_sharded_model,
-    fetch_to_host,
     gather_rows,
     gather_texts,
     make_mesh,
     mesh_from_config,
     param_shardings,
+    per_host_copy,
     process_slice,
     put_rows,
 )
@@ -233,13 +233,12 @@ class Trainer:
         self.sync_sampler()
 
     def sync_sampler(self) -> None:
-        """Points the sampler at the current policy. On several hosts the global parameters are
-        gathered and every host places a copy on its own devices (every process must call it)."""
+        """Points the sampler at the current policy. On several hosts every host gets a copy on
+        its own devices, resharded device to device (every process must call it)."""
         if self.rollout_shardings is None:
             self.sampler.update_params(self.state)
         else:
-            self.sampler.update_params(
-                jax.device_put(fetch_to_host(self.state), self.rollout_shardings))
+            self.sampler.update_params(per_host_copy(self.state, self.rollout_shardings))
 
     def put_rows(self, local_tree: Any) -> Any:
         """This process's rows of a batch -> global arrays split over the mesh's batch axes."""

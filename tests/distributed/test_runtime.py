@@ -155,5 +155,7 @@ def test_single_process_data_helpers():
     put = dist.put_rows({"x": np.arange(16.0).reshape(8, 2)}, sharding)["x"]
     assert put.sharding == sharding
     np.testing.assert_array_equal(np.asarray(put), np.arange(16.0).reshape(8, 2))
-    fetched = dist.fetch_to_host({"x": put})["x"]
-    assert isinstance(fetched, np.ndarray) and fetched.shape == (8, 2)
+    local = jax.sharding.NamedSharding(mesh, P())
+    copy = dist.per_host_copy({"x": put}, {"x": local})["x"]
+    assert copy.sharding == local
+    np.testing.assert_array_equal(np.asarray(copy), np.arange(16.0).reshape(8, 2))

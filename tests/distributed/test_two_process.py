@@ -62,6 +62,7 @@ def test_two_processes_reduce_one_global_array():
         assert out["global_shape"] == [8, 3]
         assert out["mean"] == pytest.approx(3.5)
         assert out["psum"] == pytest.approx(3 * sum(range(8)))
+        assert out["copy"] == list(range(8)) and out["copy_local"]
         assert out["gathered"] == [0.0, 10.0, 11.0]
         assert out["flags"] == [True, True, False] and out["flag_dtype"] == "bool"
         assert out["host_max"] == 4

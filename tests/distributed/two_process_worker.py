@@ -20,6 +20,7 @@ from agentic_jax.parallel.distributed import (  # noqa: E402
     gather_rows,
     global_batch_from_local,
     host_max,
+    per_host_copy,
     initialize_distributed,
     is_main_process,
     process_shard_of,
@@ -35,10 +36,17 @@ def main(coordinator_address: str, process_id: int) -> None:
     mean = jax.jit(jnp.mean, out_shardings=jax.NamedSharding(mesh, P()))(batch)
     psum = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x.sum(), "data"), mesh=mesh,
                                  in_specs=P("data"), out_specs=P()))(batch)
+    # A copy of the global array on this process's own two devices, moved device to device.
+    from agentic_jax.parallel import make_mesh
+
+    local_mesh = make_mesh(1, -1, 1, devices=jax.local_devices())
+    copy = per_host_copy({"x": batch}, {"x": jax.NamedSharding(local_mesh, P("fsdp"))})["x"]
     # Uneven shares: process 0 has one row, process 1 two; bools survive the trip.
     uneven = gather_rows({"x": np.arange(process_id + 1, dtype=np.float32) + 10 * process_id,
                           "flag": np.arange(process_id + 1) % 2 == 0})
     print(json.dumps({
+        "copy": np.asarray(copy)[:, 0].tolist(),
+        "copy_local": {d.id for d in copy.devices()} == {d.id for d in jax.local_devices()},
         "gathered": uneven["x"].tolist(), "flags": uneven["flag"].tolist(),
         "flag_dtype": str(uneven["flag"].dtype), "host_max": host_max(3 + process_id),
         "process_id": info.process_id, "source": info.source, "summary": describe_devices(),
