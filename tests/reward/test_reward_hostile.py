@@ -57,6 +57,8 @@ HOSTILE = [
     r"\begin{pmatrix}1\\",
 ]
 REFERENCES = ["1", "10**10**10", r"9^{9^{9^9}}", "x", "2^{10^6}+1", "[1, 2)"]
+# CPU seconds of the calling thread: the bound is on the work a grade does, which wall-clock
+# time on a loaded 2-core machine (other test processes, threads sharing the GIL) does not show.
 TIME_LIMIT_S = 1.0
 
 
@@ -64,9 +66,9 @@ def _grade_all(pairs):
     worst = 0.0
     results = []
     for predicted, reference in pairs:
-        start = time.monotonic()
+        start = time.thread_time()
         results.append(grade_answer(predicted, reference))
-        worst = max(worst, time.monotonic() - start)
+        worst = max(worst, time.thread_time() - start)
     return worst, results
 
 
@@ -107,9 +109,9 @@ def test_identical_overlong_answers_match_verbatim():
 
 @pytest.mark.parametrize("text", [r"\boxed{" * 5000, "{" * 5000 + "}" * 5000, "a" * 100_000])
 def test_extract_answer_is_linear_on_hostile_text(text):
-    start = time.monotonic()
+    start = time.thread_time()
     extract_answer(text)
-    assert time.monotonic() - start < TIME_LIMIT_S
+    assert time.thread_time() - start < TIME_LIMIT_S
 
 
 def test_grading_uses_no_eval(monkeypatch):
