@@ -121,8 +121,3 @@ def summarize_table(table: dict[str, np.ndarray], stages: Sequence[str],
             out[f"pass@{kk}"] = float(np.mean([pass_at_k(k, int(c), kk) for c in per_problem]))
     return out
 
-
-def summarize(jobs: Sequence[Any], episodes: Sequence[Episode], k: int) -> dict[str, float]:
-    """Aggregate metrics of graded episodes (``jobs[i]`` is the problem of ``episodes[i]``)."""
-    stages = sorted({p.stage for p in jobs})
-    return summarize_table(eval_table(jobs, episodes, stages), stages, k)

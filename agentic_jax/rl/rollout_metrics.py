@@ -69,10 +69,3 @@ def table_metrics(table: dict[str, np.ndarray], stages: Sequence[str]) -> dict[s
             out[f"accuracy/{name}"] = float(correct[table["stage"] == i].mean())
     return out
 
-
-def episode_metrics(graded: Sequence[tuple[Any, Any]], problems: Sequence[Any]) -> dict[str, float]:
-    """`table_metrics` of one host's episodes (the stages are those of ``problems``)."""
-    if not graded:
-        return {}
-    stages = sorted({p.stage for p in problems})
-    return table_metrics(episode_table(graded, problems, stages), stages)

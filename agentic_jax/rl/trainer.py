@@ -109,11 +109,11 @@ class Trainer:
             tool_failure_penalty=config.rl.tool_failure_penalty,
             overlong_penalty=config.rl.overlong_penalty)
         self.train_problems, self.test_problems = self._load_problems()
-        texts = [prompts.format_prompt(p.question, template=config.data.template,
-                                       tokenizer=self.tokenizer)
-                 for p in self.train_problems + self.test_problems]
-        self._check_prompt_length(max(len(ids) for ids in self.tokenizer(
-            texts, add_special_tokens=False)["input_ids"]))
+        # Every host checks every prompt the run can draw, so a bad one stops them all here.
+        longest = max(len(self.make_prompt(p)) for p in self.train_problems + self.test_problems)
+        if longest >= t.max_length:
+            raise builders.ConfigError(f"training.max_length: expected more than the longest "
+                                       f"prompt ({longest} tokens), got {t.max_length}")
         self.scheduler = CurriculumScheduler(
             self.train_problems,
             SchedulerConfig(threshold=config.data.scheduler_threshold,
@@ -189,12 +189,6 @@ class Trainer:
         text = prompts.format_prompt(problem.question, template=self.config.data.template,
                                      tokenizer=self.tokenizer, allow_tools=allow_tools)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def _check_prompt_length(self, longest: int) -> None:
-        if longest >= self.config.training.max_length:
-            raise builders.ConfigError(
-                f"training.max_length: expected more than the longest prompt ({longest} "
-                f"tokens), got {self.config.training.max_length}")
 
     def make_agent(self, controller: ToolController, cfg: AgentConfig) -> AgentLoop:
         return AgentLoop(self.sampler, self.tokenizer, self.sandbox, controller, cfg)
@@ -289,15 +283,10 @@ class Trainer:
         group_ids = np.repeat(np.arange(len(problems)), g)
         share = process_slice(len(jobs))
         local_jobs = jobs[share]
-        # Checked on every host (a bad prompt must stop all of them, not one).
-        problem_prompts = [self.make_prompt(p) for p in problems]
-        longest = max(len(p) for p in problem_prompts)
-        self._check_prompt_length(longest)
-        local_prompts = [problem_prompts[i // g] for i in range(share.start, share.stop)]
         rng = jax.random.fold_in(jax.random.key(self.config.seed), step)
         controller_before = self.controller.state_dict()
         episodes, timing = self.make_agent(self.controller, self.agent_cfg).run(
-            local_prompts, rng,
+            [self.make_prompt(p) for p in local_jobs], rng,
             difficulties=[p.difficulty for p in local_jobs],
             stages=[p.stage for p in local_jobs], row_offset=share.start, total_rows=len(jobs))
         t0 = time.perf_counter()

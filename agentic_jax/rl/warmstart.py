@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import random
 from typing import Any, Callable, Sequence
 
@@ -131,9 +130,8 @@ def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
     if steps <= 0 or batch_size <= 0:
         raise ValueError(f"warmstart.steps and warmstart.batch_size must be positive, got "
                          f"{steps}, {batch_size}")
-    # Rows split over the data shards and the processes: round the batch up to a multiple.
-    multiple = math.lcm(trainer.row_multiple, trainer.num_processes)
-    batch_size = -(-batch_size // multiple) * multiple
+    # Rows split over the data shards (which span the processes): round the batch up to them.
+    batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
     share = process_slice(batch_size)  # the rows of every batch this process contributes
     rng = random.Random(trainer.config.seed)
     pool = list(trainer.train_problems)

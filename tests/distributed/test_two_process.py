@@ -31,27 +31,38 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def test_two_processes_reduce_one_global_array():
-    address = f"127.0.0.1:{_free_port()}"
-    procs = [
-        subprocess.Popen([sys.executable, str(_WORKER), address, str(pid)], env=_child_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for pid in range(2)
-    ]
+def run_together(commands: list[list[str]], env: dict[str, str],
+                 timeout_s: float = _TIMEOUT_S) -> list[str]:
+    """Starts every command at once and returns their outputs (stdout and stderr together);
+    fails the test if one exits non-zero or they do not all finish in time."""
+    procs = [subprocess.Popen(cmd, env=env, cwd=_REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for cmd in commands]
     outputs = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=_TIMEOUT_S)
-            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{err[-3000:]}"
-            outputs.append(json.loads(out.strip().splitlines()[-1]))
+            out, _ = proc.communicate(timeout=timeout_s)
+            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{out[-4000:]}"
+            outputs.append(out)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"two-process run did not finish within {_TIMEOUT_S} s")
+        pytest.fail(f"processes did not finish within {timeout_s} s")
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    return outputs
 
+
+def _workers(script: Path) -> list[dict]:
+    """Runs `script ADDRESS PID` as processes 0 and 1; each prints a JSON line last."""
+    address = f"127.0.0.1:{_free_port()}"
+    outs = run_together([[sys.executable, str(script), address, str(pid)] for pid in range(2)],
+                        _child_env())
+    return [json.loads(out.strip().splitlines()[-1]) for out in outs]
+
+
+def test_two_processes_reduce_one_global_array():
+    outputs = _workers(_WORKER)
     first, second = outputs
     assert [o["process_id"] for o in outputs] == [0, 1]
     assert [o["main"] for o in outputs] == [True, False]
@@ -73,26 +84,7 @@ _BATCH_WORKER = Path(__file__).with_name("two_process_batch_worker.py")
 
 
 def test_hosts_keeping_different_row_counts_form_one_batch():
-    address = f"127.0.0.1:{_free_port()}"
-    procs = [
-        subprocess.Popen([sys.executable, str(_BATCH_WORKER), address, str(pid)],
-                         env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-        for pid in range(2)
-    ]
-    outputs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=_TIMEOUT_S)
-            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{err[-3000:]}"
-            outputs.append(json.loads(out.strip().splitlines()[-1]))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"two-process batch did not finish within {_TIMEOUT_S} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    outputs = _workers(_BATCH_WORKER)
     first, second = outputs
     assert first == second  # one global batch, seen alike from both hosts
     # Process 0 kept 2 rows and padded to process 1's 4 with masked repeats; the width is the

@@ -3,13 +3,12 @@ command line, and match one process with 4 devices."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from test_two_process import _REPO, _child_env, _free_port
+from test_two_process import _child_env, _free_port, run_together
 
 _TIMEOUT_S = 400
 _STEPS = 2
@@ -31,27 +30,8 @@ def _env(devices: int) -> dict[str, str]:
     return env
 
 
-def _wait(procs: list[subprocess.Popen]) -> list[str]:
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=_TIMEOUT_S)
-            assert proc.returncode == 0, f"process exited {proc.returncode}:\n{out[-4000:]}"
-            outputs.append(out)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"training did not finish within {_TIMEOUT_S} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return outputs
-
-
 def _run(cmds: list[list[str]], devices: int) -> list[str]:
-    procs = [subprocess.Popen(cmd, env=_env(devices), cwd=_REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for cmd in cmds]
-    return _wait(procs)
+    return run_together(cmds, _env(devices), timeout_s=_TIMEOUT_S)
 
 
 def _metrics(workdir: Path) -> list[dict]:
