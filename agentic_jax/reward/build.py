@@ -179,6 +179,7 @@ FUNCTIONS: dict[str, Callable[..., sympy.Expr]] = {
     "gamma": sympy.gamma,
 }
 INVERSE = {"sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": "arccot"}
+TRIG = frozenset({"sin", "cos", "tan", "cot", "sec", "csc"})
 
 
 def function(name: str, args: list[Node]) -> Node:
@@ -194,6 +195,10 @@ def function(name: str, args: list[Node]) -> Node:
     func = FUNCTIONS.get(name)
     if func is None or len(args) != 1:
         raise ParseError(f"unsupported function {name}/{len(args)}")
+    if name in TRIG and args[0].mark == "°":
+        # sin 60° takes its argument in degrees; the result is a plain number.
+        arg = args[0]
+        args = [Node(arg.expr * sympy.pi / 180, arg.inexact, arg.deferred)]
     # gamma(n) is (n-1)!: the same expansion limit applies.
     defer = args[0].deferred or func is sympy.gamma and _is_big_integer(args[0].expr)
     return _merge(args, func(args[0].expr, evaluate=not defer), defer)

@@ -1,14 +1,30 @@
 """Final-answer extraction from a model response: the last ``\\boxed{...}`` (or ``\\fbox``),
-else the last "answer is ..." / "Final answer: ..." line."""
+else the last answer line: "The answer is ...", "Final answer: ...", "The answer is: ...",
+Minerva's "Final Answer: The final answer is $5$. I hope it is correct." or GSM8K's "#### 72".
+
+Every step is linear in the response length: the patterns below have no nested or adjacent
+unbounded quantifiers that could backtrack over a long run of spaces, and lines are scanned
+from the end with ``str.rfind``.
+"""
 
 from __future__ import annotations
 
 import re
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-# Anchored with a greedy ".*" so the last "answer is" of a line wins in one linear pass.
-_ANSWER_LINE = re.compile(r".*answer\s*\**\s*(?:is\b|:|=)\s*\**\s*(?P<answer>.+)", re.IGNORECASE)
+# What follows the word "answer" on an answer line; possessive runs never backtrack.
+_AFTER_ANSWER = re.compile(r"[\s*]*+(?:is\b[\s*]*+:?|:|=)[\s*]*+(?P<answer>.+)", re.IGNORECASE)
+_HASHES = "####"
 _MAX_BOXED_TRIES = 4  # later boxes first; bounded so thousands of "\boxed{" stay linear
+_MAX_ANSWER_WORDS_PER_LINE = 16  # "answer" occurrences tried per line, from the last
+# Prose that ends the answer on an answer line: a new sentence, or a clause after the value.
+# Each alternative starts at one character of a run (the punctuation, or the run's first space),
+# so a search stays linear on long runs of spaces.
+_SENTENCE_END = re.compile(
+    r"[.!?](?:\s++|$)(?=[A-Z(\"']|$)|(?<!\s)\s++\(|(?:[,;]\s*+|(?<![\s,;])\s++)"
+    r"(?:because|since|as|so|which|where|and (?:we|this|that)|is the|are the|for|to|in total|"
+    r"I hope)\b")
+_LEADING_MATH = re.compile(r"\$\$(?P<a>[^$]+)\$\$|\$(?P<b>[^$]+)\$|\\\((?P<c>.+?)\\\)")
 
 
 def braced_content(text: str, start: int) -> tuple[str, int] | None:
@@ -53,19 +69,63 @@ def clean_answer(answer: str) -> str | None:
     return answer or None
 
 
+def _answer_phrase(tail: str) -> str | None:
+    """The answer at the start of an answer line's ``tail``: a leading ``$...$`` (or ``\\(...\\)``)
+    span when there is one, else the text up to the prose that follows it."""
+    tail = tail.strip().lstrip("*").strip()
+    nested = re.match(r"(?:the\s+)?(?:final\s+)?answer\s+is\b:?", tail, re.IGNORECASE)
+    if nested:  # Minerva: "Final Answer: The final answer is $5$. I hope it is correct."
+        tail = tail[nested.end():].strip()
+    math = _LEADING_MATH.match(tail)
+    if math:
+        return clean_answer(next(g for g in math.groups() if g is not None))
+    end = _SENTENCE_END.search(tail)
+    return clean_answer(tail if end is None else tail[: end.start()])
+
+
+def _line_answer(line: str, lowered: str) -> str | None:
+    """The answer stated on one line ("... answer is X", "#### X"), or None; ``lowered`` is the
+    line in lower case."""
+    if line.lstrip().startswith(_HASHES):
+        return clean_answer(line.lstrip()[len(_HASHES):].strip().lstrip("$"))
+    end = len(lowered)
+    for _ in range(_MAX_ANSWER_WORDS_PER_LINE):
+        pos = lowered.rfind("answer", 0, end)
+        if pos < 0:
+            return None
+        found = _AFTER_ANSWER.match(line, pos + len("answer"))
+        if found is not None:
+            answer = _answer_phrase(found.group("answer"))
+            if answer is not None:
+                return answer
+        end = pos
+    return None
+
+
 def extract_answer(response_text: str) -> str | None:
     """The final answer of ``response_text``: the last ``\\boxed{...}`` (nested braces,
-    ``\\boxed 5``, ``\\fbox``), else the last "answer is ..." / "Final answer: ..." line; None
-    when there is none."""
+    ``\\boxed 5``, ``\\fbox``), else the last answer line ("The answer is X", "Final answer:
+    X", "The answer is: X", "#### X"), trailing prose removed; None when there is none."""
     matches = list(_BOXED.finditer(response_text))
     for match in reversed(matches[-_MAX_BOXED_TRIES:]):
         content = boxed_argument(response_text, match.end())
         if content is not None:
             return clean_answer(content)
-    for line in reversed(response_text.splitlines()):
-        found = _ANSWER_LINE.match(line)
-        if found is not None:
-            answer = clean_answer(found.group("answer"))
-            if answer is not None:
-                return answer
+    lowered = response_text.lower()
+    # Only lines holding "answer" or "####" are visited, from the last one up; each needle keeps
+    # its own cursor so the text is scanned once.
+    word = lowered.rfind("answer")
+    hashes = response_text.rfind(_HASHES)
+    while max(word, hashes) >= 0:
+        hit = max(word, hashes)
+        start = response_text.rfind("\n", 0, hit) + 1
+        stop = response_text.find("\n", hit)
+        stop = len(response_text) if stop < 0 else stop
+        answer = _line_answer(response_text[start:stop], lowered[start:stop])
+        if answer is not None:
+            return answer
+        if word >= start:
+            word = lowered.rfind("answer", 0, start)
+        if hashes >= start:
+            hashes = response_text.rfind(_HASHES, 0, start)
     return None

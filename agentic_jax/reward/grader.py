@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 
+from agentic_jax.reward import forms
 from agentic_jax.reward.compare import equivalent
 from agentic_jax.reward.normalize import as_bool, compact, normalize
 from agentic_jax.reward.parser import parse_answer
@@ -52,7 +53,12 @@ def grade_answer(predicted: str | None, reference: str) -> bool:
     Integers, decimals (relative tolerance 1e-6), fractions, LaTeX expressions, symbolic
     equality, equations ("x=3" vs "3"), root sets (unordered) and tuples (ordered), intervals
     (open/closed ends respected), matrices, complex numbers, percentages, degrees, units and
-    ``\\text{}``, factorials and binomials, yes/no. A missing prediction (None) is wrong.
+    ``\\text{}`` (with exponents and slashes, ``9.8 \\mathrm{~m}/\\mathrm{s}^{2}``),
+    factorials and binomials, yes/no, multiple-choice letters with or without their values
+    (``\\textbf{(C) }12`` is "C" and "12"), mixed numbers (``2\\frac{1}{2}`` = 5/2), repeating
+    decimals, numerals with a base subscript (``1011_2``), degrees inside trig functions,
+    set-builder sets, "all real numbers" and ``\\setminus``, words equal but for case. A
+    missing prediction (None) is wrong.
     """
     if predicted is None or reference is None:
         return False
@@ -61,6 +67,9 @@ def grade_answer(predicted: str | None, reference: str) -> bool:
         return compact(predicted) == compact(reference)
     if compact(pred_text) == compact(ref_text):
         return True
+    verdict = forms.compare_forms(pred_text, ref_text, grade_answer)
+    if verdict is not None:
+        return verdict
     deadline = time.monotonic() + TIME_BUDGET_S
     try:
         return equivalent(interpret(pred_text), interpret(ref_text), deadline)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from agentic_jax.reward.extract import boxed_argument, braced_content, clean_answer
+from agentic_jax.reward import notation
 from agentic_jax.reward.lexer import word_set
 
 MAX_ANSWER_CHARS = 1000  # longer answers are never parsed (only compared verbatim)
@@ -57,7 +58,8 @@ _WORD = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{2,})(?:\^\{?[23]\}?)?(?![A-Za-z])"
 
 def _unwrap_text_commands(text: str) -> str:
     """Replaces ``\\text{...}``-like commands by their words: connectors ("and", "or") become
-    commas, a lone text answer (``\\text{yes}``) is kept, other words are dropped as units or
+    commas, a lone text answer (``\\text{yes}``) is kept, units ("cm", "~m/s") become
+    ``notation.UNIT`` markers (dropped later with their exponents), other words are dropped as
     prose. ``\\mathrm{e}`` and other one-letter roman symbols stay math."""
     pieces: list[tuple[str, bool]] = []  # (fragment, came from a text command)
     pos = 0
@@ -72,16 +74,21 @@ def _unwrap_text_commands(text: str) -> str:
         pieces.append((content, True))
     pieces.append((text[pos:], False))
     has_math = any(not is_text and frag.strip() for frag, is_text in pieces)
-    out = []
+    out: list[str] = []
     for fragment, is_text in pieces:
         word = fragment.strip().lower()
-        if not is_text or not has_math or len(word) == 1 or not word.replace(" ", "").isalpha():
+        after_math = any(piece.strip() for piece in out)
+        if not is_text or not has_math:
             out.append(f" {fragment} " if is_text else fragment)
         elif word in CONNECTORS:
             out.append(",")
-        else:
+        elif notation.is_unit(fragment, after_math=after_math):
+            out.append(f" {notation.UNIT} ")
+        elif len(word) > 1 and word.replace(" ", "").isalpha():
             out.append(" ")
-    return "".join(out)
+        else:
+            out.append(f" {fragment} ")
+    return notation.drop_units("".join(out))
 
 
 def _strip_words(text: str) -> str:
@@ -113,7 +120,8 @@ def normalize(answer: str) -> str | None:
     text = _strip_delimiters(answer.strip())
     for symbol, latex in _UNICODE.items():
         text = text.replace(symbol, latex)
-    text = _unwrap_text_commands(text)
+    text = notation.repeating_decimals(notation.mixed_numbers(text))
+    text = notation.all_reals(_unwrap_text_commands(text))
     text = re.sub(r"(?<!\\)\\[,;:! ]|~", " ", text)
     text = text.replace("{,}", "").replace("\\%", "%").replace("\\$", "").replace("$", "")
     text = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|°", "°", text)
