@@ -1,8 +1,9 @@
-"""Hugging Face checkpoints: `from_pretrained` (streaming, sharded placement), `save_pretrained`."""
+"""Hugging Face checkpoints: `from_pretrained` (streaming, sharded placement)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -12,19 +13,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import safetensors.numpy
 from flax import nnx
 from safetensors import safe_open
 
 from agentic_jax.models.config import ModelConfig
-from agentic_jax.models.hf_config import config_from_hf, config_to_hf
-from agentic_jax.models.hf_weights import (
-    LAYER_PREFIX,
-    TensorMap,
-    export_tensors,
-    read_region,
-    tensor_maps,
-)
+from agentic_jax.models.hf_config import config_from_hf
+from agentic_jax.models.hf_weights import TensorMap, read_region, tensor_maps
+from agentic_jax.models.partitioning import LOGICAL_AXIS_RULES, Rules, variable_sharding
 from agentic_jax.models.transformer import Transformer
 
 SINGLE_FILE = "model.safetensors"
@@ -38,7 +33,7 @@ class CheckpointReader(contextlib.ExitStack):
         super().__init__()
         self.directory = directory
         if (directory / INDEX_FILE).exists():
-            self.files = _read_json(directory / INDEX_FILE)["weight_map"]
+            self.files = read_json(directory / INDEX_FILE)["weight_map"]
         elif (directory / SINGLE_FILE).exists():
             with safe_open(directory / SINGLE_FILE, framework="flax") as f:
                 self.files = {name: SINGLE_FILE for name in f.keys()}
@@ -71,23 +66,27 @@ def from_pretrained(
     mesh: jax.sharding.Mesh | None = None,
     value_head: bool = False,
     param_dtype: str | None = None,
+    rules: Rules = LOGICAL_AXIS_RULES,
+    seed: int = 0,
     **overrides: Any,
 ) -> Transformer:
-    """Loads an HF Qwen2 / Llama directory (config.json + safetensors) into a Transformer.
+    """Loads an HF Qwen2 / Qwen3 / Llama directory (config.json + safetensors).
 
     Tensors stream one region at a time straight into their target placement: with a `mesh`,
-    each device reads only its own shard (rules from `agentic_jax.parallel`); without one, the
-    default device. `param_dtype` defaults to `dtype`; `overrides` set other ModelConfig fields.
-    A value head is read from `value_head.*` tensors when present, else starts at zero.
+    each device reads only its own shard (logical axes mapped by `rules`); without one, the
+    default device. `param_dtype` defaults to `dtype`; `overrides` set other ModelConfig fields
+    (e.g. `lora_rank=16`: fresh adapters drawn from `seed`, so the model starts as the
+    checkpoint). A value head is read from `value_head.*` tensors when present, else starts
+    at zero.
     """
     directory = Path(path)
     cfg = config_from_hf(
-        _read_json(directory / "config.json"), source=str(directory / "config.json"),
+        read_json(directory / "config.json"), source=str(directory / "config.json"),
         dtype=dtype, param_dtype=param_dtype or dtype, value_head=value_head, **overrides,
     )
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-    placement = _placement(mesh)
-    loaded = {}
+    placement = _placement(mesh, rules)
+    loaded = _fresh_adapters(cfg, abstract, placement, seed)
     with CheckpointReader(directory) as reader:
         maps = tensor_maps(cfg)
         if "value_head.weight" not in reader:
@@ -95,19 +94,38 @@ def from_pretrained(
         variables = dict(nnx.to_flat_state(abstract))
         _check_tensors(reader, maps, variables, cfg.num_layers)
         for path_parts, var in variables.items():
+            if path_parts in loaded:
+                continue
             tmap = next((m for m in maps if m.path == path_parts), None)
             loaded[path_parts] = var.replace(_load_array(reader, tmap, var, placement(var)))
     return nnx.merge(graphdef, nnx.from_flat_state(loaded))
 
 
-def _placement(mesh: jax.sharding.Mesh | None) -> Callable[[nnx.Variable], jax.sharding.Sharding]:
+Placement = Callable[[nnx.Variable], jax.sharding.Sharding]
+
+
+def _placement(mesh: jax.sharding.Mesh | None, rules: Rules) -> Placement:
     if mesh is None:
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         return lambda var: device
-    # The logical-axis rules live in agentic_jax.parallel, which itself builds on this package.
-    from agentic_jax.parallel import variable_sharding
+    return lambda var: variable_sharding(var, mesh, rules)
 
-    return lambda var: variable_sharding(var, mesh)
+
+def _fresh_adapters(cfg: ModelConfig, abstract: nnx.State, placement: Placement,
+                    seed: int) -> dict[tuple[str, ...], nnx.Variable]:
+    """Newly initialised LoRA adapters, made under jit in their shards (XLA drops the unused
+    base initialisers); none without `lora_rank`."""
+    if not cfg.lora_rank:
+        return {}
+    adapters = abstract.filter(nnx.LoRAParam)
+    shardings = jax.tree.map(lambda var: var.replace(placement(var)), adapters,
+                             is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+    @functools.partial(jax.jit, out_shardings=shardings)
+    def init() -> nnx.State:
+        return nnx.state(Transformer(cfg, rngs=nnx.Rngs(seed)), nnx.LoRAParam)
+
+    return dict(nnx.to_flat_state(init()))
 
 
 def _check_tensors(reader: CheckpointReader, maps: list[TensorMap],
@@ -143,73 +161,7 @@ def _load_array(reader: CheckpointReader, tmap: TensorMap | None, var: nnx.Varia
     return jax.make_array_from_callback(shape, sharding, region)
 
 
-def save_pretrained(model: Transformer, path: str | os.PathLike,
-                    max_shard_bytes: int = 4 * 2**30) -> None:
-    """Writes config.json and safetensors (sharded with an index past `max_shard_bytes`).
-
-    transformers loads the directory as Qwen2ForCausalLM / LlamaForCausalLM. A value head is
-    kept as extra `value_head.*` tensors, which transformers ignores. Files are written under
-    temporary names and renamed, so a failure never leaves a half-written checkpoint behind.
-    """
-    cfg = model.cfg
-    hf_config = config_to_hf(cfg)
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    variables = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
-    # Shards are flushed as they fill (host memory stays near one shard) under temporary names,
-    # and renamed once their count, part of the final names, is known.
-    pending: list[tuple[Path, list[str]]] = []
-    shard: dict[str, np.ndarray] = {}
-
-    def flush() -> None:
-        tmp = directory / f".shard-{len(pending)}.safetensors.tmp"
-        safetensors.numpy.save_file(shard, str(tmp), metadata={"format": "pt"})
-        pending.append((tmp, list(shard)))
-        shard.clear()
-
-    for name, tensor in _hf_tensors(cfg, variables):
-        if shard and sum(t.nbytes for t in shard.values()) + tensor.nbytes > max_shard_bytes:
-            flush()
-        shard[name] = tensor
-    flush()
-    if len(pending) == 1:
-        os.replace(pending[0][0], directory / SINGLE_FILE)
-        (directory / INDEX_FILE).unlink(missing_ok=True)
-    else:
-        weight_map = {}
-        for i, (tmp, names) in enumerate(pending):
-            file = f"model-{i + 1:05d}-of-{len(pending):05d}.safetensors"
-            os.replace(tmp, directory / file)
-            weight_map.update(dict.fromkeys(names, file))
-        _write_json(directory / INDEX_FILE, {"metadata": {}, "weight_map": weight_map})
-        (directory / SINGLE_FILE).unlink(missing_ok=True)
-    _write_json(directory / "config.json", hf_config)
-
-
-def _hf_tensors(cfg: ModelConfig, variables: dict[tuple[str, ...], nnx.Variable]
-                ) -> Iterator[tuple[str, np.ndarray]]:
-    """(name, array) in HF layout, one parameter on the host at a time."""
-    for tmap in tensor_maps(cfg):
-        value = np.asarray(jax.device_get(variables[tmap.path].get_value()))
-        yield from export_tensors(tmap, value)
-    if cfg.family == "qwen2" and not cfg.qkv_bias:
-        # Qwen2ForCausalLM always has q/k/v biases; zeros reproduce a bias-free model exactly.
-        dtype = jnp.dtype(cfg.weight_dtype)
-        widths = {"q": cfg.num_heads * cfg.head_dim, "k": cfg.num_kv_heads * cfg.head_dim,
-                  "v": cfg.num_kv_heads * cfg.head_dim}
-        for layer in range(cfg.num_layers):
-            for proj, width in widths.items():
-                name = (LAYER_PREFIX + f"self_attn.{proj}_proj.bias").format(layer=layer)
-                yield name, np.zeros(width, dtype)
-
-
-def _write_json(target: Path, payload: dict[str, Any]) -> None:
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, target)
-
-
-def _read_json(file: Path) -> dict[str, Any]:
+def read_json(file: Path) -> dict[str, Any]:
     try:
         return json.loads(file.read_text())
     except FileNotFoundError as err:

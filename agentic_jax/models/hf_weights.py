@@ -45,7 +45,7 @@ class TensorMap:
 
 
 def tensor_maps(cfg: ModelConfig) -> list[TensorMap]:
-    """Every parameter of `Transformer(cfg)` with its HF tensor."""
+    """Every base parameter of `Transformer(cfg)` with its HF tensor (adapters have none)."""
     maps = [TensorMap(("embed",), "model.embed_tokens.weight"),
             TensorMap(("final_norm", "scale"), "model.norm.weight")]
     if not cfg.tie_word_embeddings:
@@ -70,6 +70,9 @@ def tensor_maps(cfg: ModelConfig) -> list[TensorMap]:
                           transpose=True, split=1))
         if cfg.qkv_bias:
             maps.append(layer(("attn", f"{proj}_bias"), f"self_attn.{proj}_proj.bias", split=0))
+    if cfg.qk_norm:
+        maps += [layer(("attn", "q_norm", "scale"), "self_attn.q_norm.weight"),
+                 layer(("attn", "k_norm", "scale"), "self_attn.k_norm.weight")]
     return maps
 
 

@@ -1,4 +1,4 @@
-"""Transformer building blocks: RMSNorm, rotary embeddings, GQA attention, SwiGLU MLP, block.
+"""Transformer building blocks: RMSNorm, GQA attention (optional q/k norm), SwiGLU MLP, block.
 
 Every parameter carries logical axis names in its `out_sharding` metadata; the mapping to mesh
 axes lives in `agentic_jax.parallel`. Eager sharding is off so that layers never shard themselves.
@@ -16,6 +16,11 @@ from flax import nnx
 from agentic_jax.models import cache as kv_cache
 from agentic_jax.models.attention import attention
 from agentic_jax.models.config import ModelConfig
+from agentic_jax.models.lora import adapter_output, attach_adapters
+from agentic_jax.models.rope import apply_rope, rope_attention_factor, rope_inverse_frequencies
+
+__all__ = ["Attention", "Block", "MLP", "RMSNorm", "apply_rope", "dense", "fan_in_init",
+           "logical_param", "rope_inverse_frequencies"]
 
 Initializer = Callable[..., jax.Array]
 
@@ -56,10 +61,11 @@ def fan_in_init(in_axis: int | tuple[int, ...], out_axis: int | tuple[int, ...])
 class RMSNorm(nnx.Module):
     """x / rms(x) * scale, normalised in float32 and cast back (as the HF reference does)."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, dim: int | None = None,
+                 axis: str = "embed"):
         self.eps = cfg.rms_norm_eps
         self.scale = logical_param(
-            rngs, nnx.initializers.ones, (cfg.hidden_size,), ("embed",), cfg.weight_dtype
+            rngs, nnx.initializers.ones, (dim or cfg.hidden_size,), (axis,), cfg.weight_dtype
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -69,35 +75,9 @@ class RMSNorm(nnx.Module):
         return self.scale[...].astype(x.dtype) * normed.astype(x.dtype)
 
 
-def rope_inverse_frequencies(cfg: ModelConfig) -> jax.Array:
-    """Inverse frequencies [D/2] (float32), with Llama 3.1 scaling when cfg.rope_type='llama3'."""
-    exponents = jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta**exponents)
-    if cfg.rope_type == "default":
-        return inv_freq
-    wavelength = 2 * math.pi / inv_freq
-    low_freq_wavelength = cfg.rope_original_max_len / cfg.rope_low_freq_factor
-    high_freq_wavelength = cfg.rope_original_max_len / cfg.rope_high_freq_factor
-    scaled = jnp.where(wavelength > low_freq_wavelength, inv_freq / cfg.rope_factor, inv_freq)
-    smooth = (cfg.rope_original_max_len / wavelength - cfg.rope_low_freq_factor) / (
-        cfg.rope_high_freq_factor - cfg.rope_low_freq_factor
-    )
-    smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
-    is_medium = (wavelength >= high_freq_wavelength) & (wavelength <= low_freq_wavelength)
-    return jnp.where(is_medium, smoothed, scaled)
-
-
-def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
-    """Rotates x [B, T, H, D] by positions [B, T] (half-split layout, as in Qwen2/Llama)."""
-    angles = positions.astype(jnp.float32)[:, :, None] * inv_freq[None, None, :]  # [B, T, D/2]
-    cos = jnp.cos(angles)[:, :, None, :].astype(x.dtype)
-    sin = jnp.sin(angles)[:, :, None, :].astype(x.dtype)
-    x1, x2 = jnp.split(x, 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-
 class Attention(nnx.Module):
-    """Grouped-query self-attention with optional q/k/v bias and a KV cache."""
+    """Grouped-query self-attention with optional q/k/v bias, per-head q/k RMSNorm (Qwen3),
+    LoRA adapters and a KV cache."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -118,14 +98,43 @@ class Attention(nnx.Module):
                                         ("kv_heads", "head_dim"), pd)
             self.v_bias = logical_param(rngs, zeros, (cfg.num_kv_heads, d),
                                         ("kv_heads", "head_dim"), pd)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg, rngs=rngs, dim=d, axis="head_dim")
+            self.k_norm = RMSNorm(cfg, rngs=rngs, dim=d, axis="head_dim")
+        attach_adapters(self, cfg, ("q_proj", "k_proj", "v_proj", "o_proj"), rngs)
+        self.attention_factor = rope_attention_factor(cfg)
 
-    def _project(self, x: jax.Array, name: str) -> jax.Array:
-        """x [B, T, E] -> [B, T, H, D] through `{name}_kernel` (+ bias)."""
+    def _project(self, x: jax.Array, name: str, adapters: bool = True) -> jax.Array:
+        """x [B, T, E] -> [B, T, H, D] through `{name}_kernel` (+ bias, + adapter)."""
         dtype = self.cfg.compute_dtype
         out = dense(x, getattr(self, f"{name}_kernel")[...].astype(dtype))
         if self.cfg.qkv_bias:
             out = out + getattr(self, f"{name}_bias")[...].astype(dtype)
+        if adapters:
+            out = adapter_output(self, f"{name}_proj", x, out, self.cfg.lora_scale)
         return out
+
+    def _rope(self, x: jax.Array, name: str, positions: jax.Array,
+              inv_freq: jax.Array) -> jax.Array:
+        if self.cfg.qk_norm:
+            x = getattr(self, f"{name}_norm")(x)
+        return apply_rope(x, positions, inv_freq, self.attention_factor)
+
+    def qkv(self, x: jax.Array, positions: jax.Array, inv_freq: jax.Array,
+            adapters: bool = True) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """x [B, T, E] -> q [B, T, Hq, D], k and v [B, T, Hkv, D]: projected, q/k normed (when
+        the model has q/k norms) and rotated; what any attention backend consumes."""
+        q = self._rope(self._project(x, "q", adapters), "q", positions, inv_freq)
+        k = self._rope(self._project(x, "k", adapters), "k", positions, inv_freq)
+        return q, k, self._project(x, "v", adapters)
+
+    def project_out(self, out: jax.Array, adapters: bool = True) -> jax.Array:
+        """Attention output [B, T, Hq, D] -> [B, T, E] through o_proj (+ adapter)."""
+        projected = dense(out, self.o_kernel[...].astype(self.cfg.compute_dtype), in_dims=2)
+        if not adapters:
+            return projected
+        flat = out.reshape(*out.shape[:2], -1)
+        return adapter_output(self, "o_proj", flat, projected, self.cfg.lora_scale)
 
     def __call__(
         self,
@@ -135,15 +144,15 @@ class Attention(nnx.Module):
         *,
         segment_ids: jax.Array | None = None,
         cache: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+        adapters: bool = True,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """x [B, T, E], positions int32 [B, T] -> ([B, T, E], updated (cache_k, cache_v)).
 
         `cache` is (cache_k, cache_v, layer) with cache_k/v [L, B, S, Hkv, D]; the new keys and
         values go to slots == positions and queries attend causally over the whole cache row.
+        `adapters=False` runs the base weights alone (LoRA models).
         """
-        q = apply_rope(self._project(x, "q"), positions, inv_freq)
-        k = apply_rope(self._project(x, "k"), positions, inv_freq)
-        v = self._project(x, "v")
+        q, k, v = self.qkv(x, positions, inv_freq, adapters)
         if cache is None:
             # Without a cache causality follows token order; positions only drive RoPE.
             out = attention(q, k, v, impl=self.cfg.attention_impl, segment_ids=segment_ids)
@@ -158,8 +167,7 @@ class Attention(nnx.Module):
                 q_positions=positions, kv_positions=jnp.arange(cache_k.shape[2]),
             )
             new_cache = (cache_k, cache_v)
-        o_kernel = self.o_kernel[...].astype(self.cfg.compute_dtype)
-        return dense(out, o_kernel, in_dims=2), new_cache
+        return self.project_out(out, adapters), new_cache
 
 
 class MLP(nnx.Module):
@@ -171,12 +179,20 @@ class MLP(nnx.Module):
         self.gate_kernel = logical_param(rngs, fan_in_init(0, 1), (e, m), ("embed", "mlp"), pd)
         self.up_kernel = logical_param(rngs, fan_in_init(0, 1), (e, m), ("embed", "mlp"), pd)
         self.down_kernel = logical_param(rngs, fan_in_init(0, 1), (m, e), ("mlp", "embed"), pd)
+        attach_adapters(self, cfg, ("gate_proj", "up_proj", "down_proj"), rngs)
+        self.lora_scale = cfg.lora_scale
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def _project(self, x: jax.Array, name: str, adapters: bool) -> jax.Array:
+        """x [..., in] -> [..., out] through `{name}_kernel` (+ adapter)."""
+        out = dense(x, getattr(self, f"{name}_kernel")[...].astype(self.dtype))
+        if adapters:
+            out = adapter_output(self, f"{name}_proj", x, out, self.lora_scale)
+        return out
+
+    def __call__(self, x: jax.Array, adapters: bool = True) -> jax.Array:
         """x [B, T, E] -> [B, T, E]."""
-        gate = dense(x, self.gate_kernel[...].astype(self.dtype))
-        up = dense(x, self.up_kernel[...].astype(self.dtype))
-        return dense(jax.nn.silu(gate) * up, self.down_kernel[...].astype(self.dtype))
+        hidden = jax.nn.silu(self._project(x, "gate", adapters)) * self._project(x, "up", adapters)
+        return self._project(hidden, "down", adapters)
 
 
 class Block(nnx.Module):
@@ -196,10 +212,12 @@ class Block(nnx.Module):
         *,
         segment_ids: jax.Array | None = None,
         cache: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+        adapters: bool = True,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """Same contract as `Attention.__call__`; x [B, T, E]."""
         attn_out, new_cache = self.attn(
-            self.attn_norm(x), positions, inv_freq, segment_ids=segment_ids, cache=cache
+            self.attn_norm(x), positions, inv_freq, segment_ids=segment_ids, cache=cache,
+            adapters=adapters,
         )
         x = x + attn_out
-        return x + self.mlp(self.mlp_norm(x)), new_cache
+        return x + self.mlp(self.mlp_norm(x), adapters), new_cache

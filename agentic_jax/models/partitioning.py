@@ -1,10 +1,15 @@
-"""The one table mapping logical axis names (parameters, activations) to mesh axes."""
+"""The one table mapping logical axis names (parameters, activations) to mesh axes.
+
+It lives beside the model that names the axes, so that loading a checkpoint straight into its
+shards needs nothing outside this package; `agentic_jax.parallel` re-exports it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jax.sharding import Mesh, PartitionSpec
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MeshAxes = str | tuple[str, ...] | None
 Rules = Sequence[tuple[str, MeshAxes]]
@@ -63,3 +68,12 @@ def _dividing_prefix(names: tuple[str, ...], size: int, mesh: Mesh) -> tuple[str
             break
         kept.append(name)
     return tuple(kept)
+
+
+def variable_sharding(
+    var: nnx.Variable, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES
+) -> NamedSharding:
+    """NamedSharding of one variable from its `out_sharding` logical axes (none: replicated)."""
+    shape = var.get_value().shape
+    axes = var.get_metadata().get("out_sharding") or (None,) * len(shape)
+    return NamedSharding(mesh, logical_to_mesh_spec(axes, rules, shape=shape, mesh=mesh))

@@ -1,4 +1,4 @@
-"""The policy: a decoder-only transformer (Qwen2 / Llama) with an optional value head.
+"""The policy: a decoder-only transformer (Qwen2 / Qwen3 / Llama) with an optional value head.
 
 Layers are stacked along a leading "layers" axis and run with `jax.lax.scan`, so compile time
 does not grow with depth and the KV cache [L, B, S, Hkv, D] is threaded through as a scan carry
@@ -16,13 +16,8 @@ from flax import nnx
 
 from agentic_jax.models.cache import KVCache
 from agentic_jax.models.config import ModelConfig
-from agentic_jax.models.layers import (
-    Block,
-    RMSNorm,
-    dense,
-    logical_param,
-    rope_inverse_frequencies,
-)
+from agentic_jax.models.layers import Block, RMSNorm, dense, logical_param
+from agentic_jax.models.rope import rope_inverse_frequencies
 
 _REMAT_POLICIES = {
     "full": None,  # save nothing, recompute the block in the backward pass
@@ -76,6 +71,7 @@ class Transformer(nnx.Module):
         segment_ids: jax.Array | None = None,
         cache: KVCache | None = None,
         chunk_lens: jax.Array | None = None,
+        adapters: bool = True,
     ) -> ModelOutput:
         """Runs the model on tokens int32 [B, T].
 
@@ -85,6 +81,7 @@ class Transformer(nnx.Module):
         keys/values land in the cache slots equal to their positions, each query attends to slots
         <= its position, and the returned cache has lengths + chunk_lens. Tokens past
         chunk_lens[b] are padding: their outputs are meaningless and never affect valid ones.
+        `adapters=False` runs a LoRA model's base weights alone (its frozen reference).
         """
         chex.assert_rank(tokens, 2)
         batch, seq_len = tokens.shape
@@ -105,7 +102,7 @@ class Transformer(nnx.Module):
         chex.assert_shape(positions, (batch, seq_len))
 
         x = self.embed[...].astype(self.cfg.compute_dtype)[tokens]
-        x, new_kv = self._run_blocks(x, positions, segment_ids, cache)
+        x, new_kv = self._run_blocks(x, positions, segment_ids, cache, adapters)
         hidden = self.final_norm(x)
         new_cache = None
         if cache is not None:
@@ -118,6 +115,7 @@ class Transformer(nnx.Module):
         positions: jax.Array,
         segment_ids: jax.Array | None,
         cache: KVCache | None,
+        adapters: bool,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """Scans the stacked blocks over x [B, T, E]; returns (x, (cache_k, cache_v) | None)."""
         graphdef, block_state = nnx.split(self.blocks)
@@ -128,7 +126,8 @@ class Transformer(nnx.Module):
             layer_state, layer = layer_inputs
             block = nnx.merge(graphdef, layer_state)
             layer_cache = None if kv is None else (*kv, layer)
-            x, kv = block(x, positions, inv_freq, segment_ids=segment_ids, cache=layer_cache)
+            x, kv = block(x, positions, inv_freq, segment_ids=segment_ids, cache=layer_cache,
+                          adapters=adapters)
             return (x, kv), None
 
         if self.cfg.remat != "none":

@@ -11,6 +11,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from agentic_jax.models import KVCache, ModelConfig, Transformer
+from agentic_jax.models.partitioning import variable_sharding
 from agentic_jax.parallel.distributed import global_batch_from_local
 from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, Rules, logical_to_mesh_spec
 
@@ -20,15 +21,6 @@ _CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 def _is_variable(x: Any) -> bool:
     return isinstance(x, nnx.Variable)
-
-
-def variable_sharding(
-    var: nnx.Variable, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES
-) -> NamedSharding:
-    """NamedSharding of one variable from its `out_sharding` logical axes (none: replicated)."""
-    shape = var.get_value().shape
-    axes = var.get_metadata().get("out_sharding") or (None,) * len(shape)
-    return NamedSharding(mesh, logical_to_mesh_spec(axes, rules, shape=shape, mesh=mesh))
 
 
 def param_shardings(

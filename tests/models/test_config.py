@@ -28,7 +28,9 @@ def _cfg(**overrides) -> ModelConfig:
         (dict(remat="some"), "remat"),
         (dict(attention_impl="flash"), "attention_impl"),
         (dict(family="gpt2"), "family"),
-        (dict(rope_type="yarn"), "rope_type"),
+        (dict(rope_type="longrope"), "rope_type"),
+        (dict(lora_rank=4, lora_targets=("qkv",)), "lora_targets"),
+        (dict(lora_rank=-1), "lora_rank"),
     ],
 )
 def test_invalid_config_names_the_field(overrides, field):
