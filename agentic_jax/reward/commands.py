@@ -1,13 +1,14 @@
 """Names and backslash commands of the answer language: constants, symbols, functions
 (``\\sin^2 x``, ``\\log_2 8``, ``sqrt(2)``), ``\\frac``, ``\\sqrt[n]``, ``\\binom``, matrices.
 
-Each handler is called by ``parser.Parser.primary`` after the name or command token has been
-consumed, and returns a ``build.Node`` or a structural ``values.Value``.
+Each handler is called by the parser after the name or command token has been consumed, and
+returns a ``build.Node`` or a structural ``values.Value``. Handlers see the parser only through
+``Grammar``, the small interface the parser provides, so this module does not import it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import sympy
 
@@ -16,8 +17,25 @@ from agentic_jax.reward.build import Node
 from agentic_jax.reward.lexer import ParseError, Token, word_set
 from agentic_jax.reward.values import Matrix, Seq, Value, as_node, scalar
 
-if TYPE_CHECKING:
-    from agentic_jax.reward.parser import Parser
+
+class Grammar(Protocol):
+    """What a handler may do with the parser: read and consume tokens, split the next token,
+    and parse the sub-rules it needs (see ``parser.Parser``)."""
+
+    def peek(self, offset: int = 0) -> Token: ...
+    def next(self) -> Token: ...
+    def at(self, text: str, kind: str | None = None) -> bool: ...
+    def accept(self, text: str, kind: str | None = None) -> bool: ...
+    def expect(self, text: str, kind: str | None = None) -> Token: ...
+    def push_back(self, token: Token) -> None: ...
+    def item_list(self) -> list[Value]: ...
+    def item(self) -> Value: ...
+    def sum(self) -> Node | Value: ...
+    def power(self) -> Node | Value: ...
+    def primary(self) -> Node | Value: ...
+    def group(self) -> Node | Value: ...
+    def starts_implicit_factor(self) -> bool: ...
+
 
 CONSTANTS = {
     "pi": sympy.pi,
@@ -42,7 +60,8 @@ FORMAT_COMMANDS = word_set(
     "mathsf textit emph underline widehat mathnormal"
 )
 MATRIX_ENVS = word_set("matrix pmatrix bmatrix Bmatrix smallmatrix array")
-_NOT_VALUES = word_set("cup in choose end pm mp rfloor rceil")
+_NOT_VALUES = word_set("cup setminus backslash in choose end pm mp rfloor rceil")
+REALS = Seq((scalar(-sympy.oo), scalar(sympy.oo)), "(", ")")
 _PREFIXES = sorted(PLAIN_FUNCTIONS | {"pi"}, key=len, reverse=True)
 
 
@@ -60,7 +79,7 @@ def _is_function_token(token: Token) -> bool:
     )
 
 
-def name(parser: Parser, text: str) -> Node | Value:
+def name(parser: Grammar, text: str) -> Node | Value:
     """A run of letters: a function call, a constant, or a product of one-letter symbols."""
     if text in PLAIN_FUNCTIONS or text in ("Matrix", "FiniteSet"):
         if parser.at("(", "op"):
@@ -73,11 +92,11 @@ def name(parser: Parser, text: str) -> Node | Value:
         return _letter(parser, text)
     # "xy" is x*y; "sinx" is sin(x): split off the longest known prefix or one letter.
     head = next((p for p in _PREFIXES if text.startswith(p) and len(p) < len(text)), text[0])
-    parser.tokens.insert(parser.pos, Token("name", text[len(head) :]))
+    parser.push_back(Token("name", text[len(head) :]))
     return name(parser, head)
 
 
-def _letter(parser: Parser, letter: str) -> Node:
+def _letter(parser: Grammar, letter: str) -> Node:
     if parser.accept("_", "op"):
         return build.atom(sympy.Symbol(f"{letter}_{_subscript(parser)}"))
     if letter in CONSTANTS:
@@ -85,7 +104,7 @@ def _letter(parser: Parser, letter: str) -> Node:
     return build.atom(sympy.Symbol(letter))
 
 
-def _subscript(parser: Parser) -> str:
+def _subscript(parser: Grammar) -> str:
     if not parser.accept("{", "op"):
         return parser.next().text
     parts = []
@@ -97,7 +116,7 @@ def _subscript(parser: Parser) -> str:
     return "".join(parts)
 
 
-def _call(parser: Parser, func: str) -> Node | Value:
+def _call(parser: Grammar, func: str) -> Node | Value:
     parser.expect("(", "op")
     args = parser.item_list()
     parser.expect(")", "op")
@@ -112,7 +131,7 @@ def _call(parser: Parser, func: str) -> Node | Value:
     return build.function(func, [as_node(a) for a in args])
 
 
-def implicit_argument(parser: Parser) -> Node:
+def implicit_argument(parser: Grammar) -> Node:
     """The argument of ``\\sin 2x``: juxtaposed factors up to the next function or operator."""
     if parser.at("(", "op"):
         return as_node(parser.primary())
@@ -122,7 +141,7 @@ def implicit_argument(parser: Parser) -> Node:
     return factors[0] if len(factors) == 1 else build.mul(factors)
 
 
-def _latex_function(parser: Parser, func: str) -> Node:
+def _latex_function(parser: Grammar, func: str) -> Node:
     """``\\sin^2 x``, ``\\sin^{-1} x``, ``\\log_2 8``, ``\\ln(x)``."""
     log_base = exponent = None
     for _ in range(2):
@@ -137,7 +156,7 @@ def _latex_function(parser: Parser, func: str) -> Node:
     return result if exponent is None else build.power(result, exponent)
 
 
-def command(parser: Parser, cmd: str) -> Node | Value:
+def command(parser: Grammar, cmd: str) -> Node | Value:
     """A backslash command (its token already consumed)."""
     if cmd in ("frac", "dfrac", "tfrac", "cfrac"):
         numerator = as_node(parser.group())
@@ -168,10 +187,11 @@ def command(parser: Parser, cmd: str) -> Node | Value:
     if cmd in FORMAT_COMMANDS:
         return parser.group()
     if cmd == "mathbb":
-        parser.expect("{", "op")
+        braced = parser.accept("{", "op")
         parser.expect("R", "name")
-        parser.expect("}", "op")
-        return Seq((scalar(-sympy.oo), scalar(sympy.oo)), "(", ")")
+        if braced:
+            parser.expect("}", "op")
+        return REALS
     if cmd in ("emptyset", "varnothing"):
         return Seq((), "{", "}")
     if cmd in ("lfloor", "lceil"):
@@ -183,14 +203,14 @@ def command(parser: Parser, cmd: str) -> Node | Value:
     raise ParseError(f"unsupported command \\{cmd}")
 
 
-def _environment_name(parser: Parser) -> str:
+def _environment_name(parser: Grammar) -> str:
     parser.expect("{", "op")
     env = parser.next().text
     parser.expect("}", "op")
     return env
 
 
-def _matrix_environment(parser: Parser) -> Matrix:
+def _matrix_environment(parser: Grammar) -> Matrix:
     """``\\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix}`` (also bmatrix, matrix, array)."""
     env = _environment_name(parser)
     if env not in MATRIX_ENVS:

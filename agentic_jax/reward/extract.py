@@ -17,6 +17,7 @@ _AFTER_ANSWER = re.compile(r"[\s*]*+(?:is\b[\s*]*+:?|:|=)[\s*]*+(?P<answer>.+)",
 _HASHES = "####"
 _MAX_BOXED_TRIES = 4  # later boxes first; bounded so thousands of "\boxed{" stay linear
 _MAX_ANSWER_WORDS_PER_LINE = 16  # "answer" occurrences tried per line, from the last
+_MAX_ANSWER_LINES = 256  # answer lines tried, from the last: the final answer ends a response
 # Prose that ends the answer on an answer line: a new sentence, or a clause after the value.
 # Each alternative starts at one character of a run (the punctuation, or the run's first space),
 # so a search stays linear on long runs of spaces.
@@ -24,7 +25,14 @@ _SENTENCE_END = re.compile(
     r"[.!?](?:\s++|$)(?=[A-Z(\"']|$)|(?<!\s)\s++\(|(?:[,;]\s*+|(?<![\s,;])\s++)"
     r"(?:because|since|as|so|which|where|and (?:we|this|that)|is the|are the|for|to|in total|"
     r"I hope)\b")
-_LEADING_MATH = re.compile(r"\$\$(?P<a>[^$]+)\$\$|\$(?P<b>[^$]+)\$|\\\((?P<c>.+?)\\\)")
+# A math span; "\\$" inside it is an escaped dollar sign, not its end.
+_MATH_SPAN = re.compile(r"\$\$(?P<a>(?:[^$\\]|\\.)+)\$\$|\$(?P<b>(?:[^$\\]|\\.)+)\$|"
+                        r"\\\((?P<c>.+?)\\\)")
+_SPAN_JOINER = re.compile(r" ?(?:,|and|or) ?")
+_MAX_SPANS = 16
+# "$x = 7$ is the answer": the answer written before the phrase.
+_ANSWER_PHRASES = ("is the", "is our", "is the final", "is the correct", "is our final")
+_BEFORE_CHARS = 300
 
 
 def braced_content(text: str, start: int) -> tuple[str, int] | None:
@@ -76,11 +84,42 @@ def _answer_phrase(tail: str) -> str | None:
     nested = re.match(r"(?:the\s+)?(?:final\s+)?answer\s+is\b:?", tail, re.IGNORECASE)
     if nested:  # Minerva: "Final Answer: The final answer is $5$. I hope it is correct."
         tail = tail[nested.end():].strip()
-    math = _LEADING_MATH.match(tail)
-    if math:
-        return clean_answer(next(g for g in math.groups() if g is not None))
+    spans = _leading_spans(tail)
+    if spans:
+        return clean_answer(", ".join(spans))
     end = _SENTENCE_END.search(tail)
     return clean_answer(tail if end is None else tail[: end.start()])
+
+
+def _leading_spans(tail: str) -> list[str]:
+    """The math spans at the start of ``tail`` joined by commas, "and" or "or" ("$x=2$ or
+    $x=3$" -> ["x=2", "x=3"])."""
+    spans: list[str] = []
+    pos = 0
+    while len(spans) < _MAX_SPANS:
+        math = _MATH_SPAN.match(tail, pos)
+        if math is None:
+            break
+        spans.append(next(g for g in math.groups() if g is not None))
+        joiner = _SPAN_JOINER.match(tail, math.end())
+        if joiner is None:
+            break
+        pos = joiner.end()
+    return spans
+
+
+def _answer_before(line: str, pos: int) -> str | None:
+    """The answer of "... $x = 7$ is the answer" whose "answer" starts at ``pos``."""
+    before = line[max(0, pos - _BEFORE_CHARS) : pos].rstrip()
+    phrase = next((p for p in _ANSWER_PHRASES[::-1] if before.lower().endswith(" " + p)), None)
+    if phrase is None:
+        return None
+    before = before[: -len(phrase)].rstrip()
+    if before.endswith("$"):
+        opening = before.rfind("$", 0, len(before) - 1)
+        return clean_answer(before[opening:]) if opening >= 0 else None
+    words = before.rsplit(None, 1)
+    return clean_answer(words[-1]) if words else None
 
 
 def _line_answer(line: str, lowered: str) -> str | None:
@@ -94,10 +133,9 @@ def _line_answer(line: str, lowered: str) -> str | None:
         if pos < 0:
             return None
         found = _AFTER_ANSWER.match(line, pos + len("answer"))
-        if found is not None:
-            answer = _answer_phrase(found.group("answer"))
-            if answer is not None:
-                return answer
+        answer = _answer_phrase(found.group("answer")) if found else _answer_before(line, pos)
+        if answer is not None:
+            return answer
         end = pos
     return None
 
@@ -116,7 +154,9 @@ def extract_answer(response_text: str) -> str | None:
     # its own cursor so the text is scanned once.
     word = lowered.rfind("answer")
     hashes = response_text.rfind(_HASHES)
-    while max(word, hashes) >= 0:
+    for _ in range(_MAX_ANSWER_LINES):
+        if max(word, hashes) < 0:
+            break
         hit = max(word, hashes)
         start = response_text.rfind("\n", 0, hit) + 1
         stop = response_text.find("\n", hit)

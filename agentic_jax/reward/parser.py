@@ -4,13 +4,14 @@ Grammar (lowest precedence first)::
 
     answer   := item (',' item)*
     item     := union (relop union)*          relop: = < > \\le \\ge \\ne \\in
-    union    := sum ('\\cup' sum)*
+    union    := sum (('\\cup' | '\\setminus') sum)*
     sum      := ['+'|'-'] term (('+'|'-') term)*
     term     := unary (('*'|'/'|implicit) unary)*
     unary    := ('-'|'+') unary | power
     power    := postfix ['^' unary-or-group]
     postfix  := primary ('!' | '%' | '°' | "'")*
     primary  := number | name | command | bracket | '{' ... '}' | '|' sum '|'
+    set      := '\\{' items '\\}' | '\\{' var ['\\in' union] ('|' | ':') item '\\}'
 
 Expressions are built only through ``agentic_jax.reward.build`` (guarded SymPy constructors);
 nothing is evaluated from text. Nesting depth is capped so hostile input fails fast.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import sympy
 
-from agentic_jax.reward import build, commands
+from agentic_jax.reward import build, commands, sets
 from agentic_jax.reward.build import Node
 from agentic_jax.reward.lexer import ParseError, Token, tokenize
 from agentic_jax.reward.values import (
@@ -32,12 +33,11 @@ from agentic_jax.reward.values import (
     Value,
     as_node,
     as_value,
-    scalar,
 )
 
 MAX_DEPTH = 50
 RELATION_OPS = ("=", "<", ">", "le", "ge", "ne")
-_FLIPPED = {"<": ">", ">": "<", "le": "ge", "ge": "le"}
+_SET_MINUS = ("setminus", "backslash")
 _CLOSERS = {"(": (")", "]"), "[": ("]", ")")}
 
 
@@ -53,7 +53,11 @@ def parse_answer(text: str) -> Value:
 
 
 class Parser:
-    """Parses one token list. Methods return a ``Node`` (scalar) or a structural ``Value``."""
+    """Parses one token list. Methods return a ``Node`` (scalar) or a structural ``Value``.
+
+    The command handlers (``commands``) drive it through the ``commands.Grammar`` interface:
+    the token helpers, ``push_back`` / ``replace_next`` to split a token, and the grammar rules.
+    """
 
     def __init__(self, tokens: list[Token]):
         self.tokens = tokens
@@ -85,6 +89,14 @@ class Parser:
             raise ParseError(f"expected {text!r}, found {self.peek().text!r}")
         return self.next()
 
+    def push_back(self, token: Token) -> None:
+        """Makes ``token`` the next token (the rest of a letter run split by a handler)."""
+        self.tokens.insert(self.pos, token)
+
+    def replace_next(self, token: Token) -> None:
+        """Replaces the next token (``\\frac12`` takes one digit of "12" per argument)."""
+        self.tokens[self.pos] = token
+
     def enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
@@ -109,8 +121,12 @@ class Parser:
 
     def union(self) -> Value:
         parts = [as_value(self.sum())]
-        while self.accept("cup", "cmd"):
-            parts.append(as_value(self.sum()))
+        while self.at("cup", "cmd") or self.peek().kind == "cmd" and self.peek().text in _SET_MINUS:
+            if self.next().text == "cup":
+                parts.append(as_value(self.sum()))
+                continue
+            base = parts[0] if len(parts) == 1 else UnionOf(tuple(parts))
+            parts = [sets.minus_points(base, as_value(self.sum()))]
         return parts[0] if len(parts) == 1 else UnionOf(tuple(parts))
 
     # --- arithmetic -----------------------------------------------------------------------
@@ -215,10 +231,10 @@ class Parser:
         token = self.peek()
         if token.kind == "num" and len(token.text) > 1 and token.text.isdigit():
             # "\frac12" takes one digit per argument.
-            self.tokens[self.pos] = Token("num", token.text[1:])
+            self.replace_next(Token("num", token.text[1:]))
             return build.number(token.text[0])
         if token.kind == "name" and len(token.text) > 1:
-            self.tokens[self.pos] = Token("name", token.text[1:])
+            self.replace_next(Token("name", token.text[1:]))
             return commands.name(self, token.text[0])
         return self.primary()
 
@@ -239,9 +255,36 @@ class Parser:
     def set_literal(self, closer: str) -> Value:
         if self.accept(closer, "op"):
             return Seq((), "{", "}")
+        if self.starts_set_builder():
+            return self.set_builder(closer)
         items = self.item_list()
         self.expect(closer, "op")
         return Seq(tuple(items), "{", "}")
+
+    def starts_set_builder(self) -> bool:
+        """ "\\{x | ...", "\\{x : ...", "\\{x \\in ...": a variable, then a separator or \\in."""
+        var, after = self.peek(), self.peek(1)
+        if var.kind != "name" or len(var.text) != 1:
+            return False
+        return after.kind == "op" and after.text in ("|", ":") or after == Token("cmd", "in")
+
+    def set_builder(self, closer: str) -> Value:
+        """``\\{x \\mid x > 2\\}``: the set its condition describes (an interval when the
+        condition bounds x by constants); the domain after \\in must be the reals."""
+        self.next()
+        if self.accept("in", "cmd"):
+            self.abs_depth += 1  # so the "|" after the domain ends it
+            try:
+                domain = self.union()
+            finally:
+                self.abs_depth -= 1
+            if domain != commands.REALS:
+                raise ParseError("set-builder domains other than the reals are not supported")
+        if not (self.accept("|", "op") or self.accept(":", "op")):
+            raise ParseError("set-builder notation needs '|' or ':' after its variable")
+        condition = self.item()
+        self.expect(closer, "op")
+        return condition
 
     def bracket(self, opener: str) -> Node | Value:
         if self.peek().text in _CLOSERS[opener]:
@@ -281,42 +324,7 @@ def _matrix_from_rows(rows: list[Value]) -> Value:
 
 def _relation(operands: list[Value], ops: list[str]) -> Value:
     """A relation; inequalities bounding one variable by constants become intervals."""
-    interval = _as_interval(operands, ops)
+    interval = sets.as_interval(operands, ops)
     if interval is not None:
         return interval
     return Relation(tuple(operands), tuple(ops))
-
-
-def _lone_symbol(value: Value) -> bool:
-    return isinstance(value, Scalar) and isinstance(value.node.expr, sympy.Symbol)
-
-
-def _constant(value: Value) -> bool:
-    return isinstance(value, Scalar) and not value.node.expr.free_symbols
-
-
-def _as_interval(operands: list[Value], ops: list[str]) -> Seq | None:
-    if any(op not in _FLIPPED for op in ops):
-        return None
-    if len(ops) == 1:
-        left, right = operands
-        op = ops[0]
-        if _lone_symbol(right) and _constant(left):
-            left, right, op = right, left, _FLIPPED[op]
-        if not (_lone_symbol(left) and _constant(right)):
-            return None
-        if op in ("<", "le"):
-            return Seq((scalar(-sympy.oo), right), "(", "]" if op == "le" else ")")
-        return Seq((right, scalar(sympy.oo)), "[" if op == "ge" else "(", ")")
-    if (
-        len(ops) == 2
-        and _lone_symbol(operands[1])
-        and _constant(operands[0])
-        and _constant(operands[2])
-    ):
-        low, high = operands[0], operands[2]
-        if ops[0] in (">", "ge") and ops[1] in (">", "ge"):
-            low, high, ops = high, low, [_FLIPPED[ops[1]], _FLIPPED[ops[0]]]
-        if ops[0] in ("<", "le") and ops[1] in ("<", "le"):
-            return Seq((low, high), "[" if ops[0] == "le" else "(", "]" if ops[1] == "le" else ")")
-    return None

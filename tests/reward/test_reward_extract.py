@@ -20,6 +20,20 @@ CASES = [
     ("The answer is $\\frac{1}{2}$.\nDone.", r"\frac{1}{2}"),
     ("Final answer: 1. Actually the answer is 2", "2"),
     ("```python\nprint(6*7)\n```\n```output\n42\n```\nThe answer is \\boxed{42}.", "42"),
+    ("48 + 24 = <<48+24=72>>72 clips.\n#### 72", "72"),
+    ("So 1,500 in all.\n#### 1,500\n", "1,500"),
+    ("Final Answer: The final answer is $5$. I hope it is correct.", "5"),
+    ("Final Answer: The final answer is 500 \\mathrm{~nm}. I hope it is correct.",
+     "500 \\mathrm{~nm}"),
+    ("We add them.\nThe answer is: 42", "42"),
+    ("The answer is: $\\$15$", "\\$15"),
+    ("So the answer is 42 because we add both amounts.", "42"),
+    ("The answer is 42, since 6 times 7 is 42.", "42"),
+    ("Therefore the answer is 12. This matches the check.", "12"),
+    ("Final answer: 15 (since 3 times 5 is 15)", "15"),
+    ("Thus the answer is $x=2$ or $x=3$.", "x=2, x=3"),
+    ("Therefore, $x = 7$ is the answer.", "x = 7"),
+    ("The answer is 2.5 so the tank is half full.", "2.5"),
 ]
 
 
@@ -37,6 +51,7 @@ def test_extracts(text, expected):
         r"\boxed{}",
         "The answer is",
         "my answer isn't clear",
+        "#### ",
         "Final answer:   ",
     ],
 )

@@ -107,8 +107,29 @@ def test_identical_overlong_answers_match_verbatim():
     assert not grade_answer(long_answer, "1")
 
 
-@pytest.mark.parametrize("text", [r"\boxed{" * 5000, "{" * 5000 + "}" * 5000, "a" * 100_000])
+MEGABYTE = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        r"\boxed{" * 5000,
+        "{" * 5000 + "}" * 5000,
+        "a" * 100_000,
+        " " * MEGABYTE,
+        "The answer is" + " " * MEGABYTE + "x",
+        "answer" + " " * MEGABYTE + "is",
+        "answer is 5" + " " * MEGABYTE + ". Then",
+        ("answer\n" * MEGABYTE)[:MEGABYTE],
+        ("#### \n" * MEGABYTE)[:MEGABYTE],
+        ("answer is " + ". " * 100 + "\n") * (MEGABYTE // 211),
+        ("answer " * 40 + "\n") * (MEGABYTE // 281),
+        "\n" * MEGABYTE,
+    ],
+)
 def test_extract_answer_is_linear_on_hostile_text(text):
+    """Inputs up to 1 MB: long runs of spaces once took quadratic time in the answer-line
+    pattern (8k spaces: 1.3 s), holding the GIL for every grading thread."""
     start = time.thread_time()
     extract_answer(text)
     assert time.thread_time() - start < TIME_LIMIT_S
