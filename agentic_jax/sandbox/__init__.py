@@ -6,6 +6,7 @@
 """
 
 from agentic_jax.sandbox.sandbox import Sandbox
+from agentic_jax.sandbox.session import Session
 from agentic_jax.sandbox.types import HINTS, ExecResult, SandboxConfig
 
-__all__ = ["HINTS", "ExecResult", "Sandbox", "SandboxConfig"]
+__all__ = ["HINTS", "ExecResult", "Sandbox", "SandboxConfig", "Session"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import fcntl
 import json
+import mmap
 import os
 import resource
 import signal
@@ -12,23 +14,30 @@ import sys
 import time
 import traceback
 
-from agentic_jax.sandbox import isolation, syscalls
+from agentic_jax.sandbox import cgroup, isolation, syscalls
+from agentic_jax.sandbox.protocol import encode_result
 from agentic_jax.sandbox.validator import FORBIDDEN_NAMES
 
 RESULT_FD = 3
 CODE_FD = 4
 _RESERVE_BYTES = 1 << 20
+_HIGH_FD = 64  # received descriptors are moved above the targets before the dup2 sequence
+# The child's whole environment. Numeric libraries loaded lazily inside a snippet (SciPy's
+# OpenBLAS through sympy.lambdify, say) read their thread count from it: without these
+# settings they try to start one thread per CPU, which the sandbox forbids, and exit.
+CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+             "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1", "LC_ALL": "C.UTF-8"}
 
 
 @dataclasses.dataclass
 class ChildPlan:
-    """Everything the child needs, prepared by the worker before forking.
+    """Everything the child needs, prepared by the worker before the template is forked.
 
     memory_bytes is the absolute RLIMIT_AS: the worker's mapped size plus the snippet budget.
-    uid/gid are None when privileges cannot be dropped; seccomp is None without libseccomp.
+    uid/gid are None when privileges cannot be dropped; seccomp is None without libseccomp;
+    cgroup_procs_fd is None without a memory cgroup.
     """
 
-    workdir: str
     memory_bytes: int
     file_bytes: int
     open_files: int
@@ -36,25 +45,27 @@ class ChildPlan:
     gid: int | None
     seccomp: syscalls.SeccompProgram | None
     whitelist: frozenset[str]
+    cgroup_procs_fd: int | None
 
 
-def run_child(plan: ChildPlan, code_fd: int, out_fd: int, err_fd: int, result_fd: int) -> None:
-    """Never returns: isolates the process, waits for a request on `code_fd`, executes it,
-    writes the result and exits.
+def run_child(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
+    """Never returns: isolates the process, waits for a request on the code pipe, executes
+    it, writes the result and exits. fds: code (read end), stdout, stderr, result.
 
     The child is forked ahead of the request, so isolation and the copy-on-write faults of
     warming up the interpreter state are paid off the latency path.
     """
     try:
-        _isolate(plan, code_fd, out_fd, err_fd, result_fd)
+        _isolate(plan, workdir, fds)
         scope_builtins = _restricted_builtins(plan.whitelist)
         exec(compile("pass", "<warmup>", "exec"), {"__builtins__": scope_builtins})  # noqa: S102
+        reserve = mmap.mmap(-1, _RESERVE_BYTES)  # address space only; released on MemoryError
     except BaseException as err:  # a setup failure must never run the code unconfined
-        message = json.dumps({"error": "SandboxError", "detail": f"setup failed: {err}"})
+        message = encode_result("SandboxError", f"setup failed: {err}", 0.0)
         # The original descriptor is open until the closerange that follows its dup to fd 3.
-        for fd in (result_fd, RESULT_FD):
+        for fd in (RESULT_FD, fds[3]):
             try:
-                os.write(fd, message.encode())
+                os.write(fd, message)
                 break
             except OSError:
                 continue
@@ -62,13 +73,15 @@ def run_child(plan: ChildPlan, code_fd: int, out_fd: int, err_fd: int, result_fd
     status = 0
     try:
         request = json.loads(_read_all(CODE_FD))
-        cpu_seconds = max(1, -(-int(request["timeout_ms"]) // 1000))
+        history = [str(block) for block in request.get("history", ())]
+        budget_ms = int(request["timeout_ms"]) * (1 + len(history))
+        cpu_seconds = max(1, -(-budget_ms // 1000))
         # Lowering the hard limit needs no privilege; the code cannot raise it back.
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        report = _execute(str(request["code"]), scope_builtins)
+        error, detail, exec_ms = _execute(str(request["code"]), history, scope_builtins, reserve)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.write(RESULT_FD, json.dumps(report).encode())
+        os.write(RESULT_FD, encode_result(error, detail, exec_ms))
     except BaseException:
         status = 71
     # Closing first lets the worker see end-of-output before the slow address-space teardown.
@@ -83,17 +96,23 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _isolate(plan: ChildPlan, code_fd: int, out_fd: int, err_fd: int, result_fd: int) -> None:
-    """Order matters: fds and limits while privileged, then drop identity, then seccomp."""
+def _isolate(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
+    """Order matters: cgroup, fds and limits while privileged, then drop identity, then
+    seccomp."""
+    if plan.cgroup_procs_fd is not None:
+        cgroup.join(plan.cgroup_procs_fd)
     os.setsid()
-    syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
+    syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent is the server
+    syscalls.set_process_name("sandbox-child")
+    code_fd, out_fd, err_fd, result_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD, _HIGH_FD) for fd in fds)
     for source, target in ((out_fd, 1), (err_fd, 2), (result_fd, RESULT_FD), (code_fd, CODE_FD)):
         os.dup2(source, target)
     os.close(0)
     os.closerange(CODE_FD + 1, 1 << 20)
-    os.chdir(plan.workdir)
+    os.chdir(workdir)
     os.umask(0o077)
     os.environ.clear()
+    os.environ.update(CHILD_ENV)
     sys.stdin = None
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
                       closefd=False)
@@ -106,10 +125,20 @@ def _isolate(plan: ChildPlan, code_fd: int, out_fd: int, err_fd: int, result_fd:
         plan.seccomp.install()
 
 
-def _execute(code: str, scope_builtins: dict) -> dict:
-    """Run the snippet in fresh globals; returns {"error", "detail", "exec_ms"}."""
-    reserve = bytearray(_RESERVE_BYTES)  # freed on MemoryError so reporting can allocate
+def _execute(code: str, history: list[str], scope_builtins: dict,
+             reserve: mmap.mmap) -> tuple[str | None, str, float]:
+    """Run the earlier blocks of a session (output discarded), then the snippet, in one fresh
+    namespace. Returns (error name or None, detail, milliseconds the snippet itself ran)."""
     scope = {"__name__": "__main__", "__builtins__": scope_builtins}
+    for number, block in enumerate(history, 1):
+        with _discarded_output():
+            outcome = _run_block(block, scope, reserve)
+        if outcome[0] is not None:
+            return outcome[0], f"while replaying earlier block {number}: {outcome[1]}", 0.0
+    return _run_block(code, scope, reserve)
+
+
+def _run_block(code: str, scope: dict, reserve: mmap.mmap) -> tuple[str | None, str, float]:
     start = time.perf_counter()
     try:
         exec(compile(code, "<snippet>", "exec"), scope)  # noqa: S102 - this is the sandbox
@@ -117,23 +146,42 @@ def _execute(code: str, scope_builtins: dict) -> dict:
         if stop.code not in (None, 0):
             return _report(stop, start)
     except MemoryError:
-        del reserve
-        return {"error": "MemoryError", "detail": "ran out of memory",
-                "exec_ms": (time.perf_counter() - start) * 1e3}
+        scope.clear()
+        reserve.close()  # frees address space so that reporting can allocate
+        return "MemoryError", "ran out of memory", (time.perf_counter() - start) * 1e3
     except BaseException as err:
-        del reserve
         return _report(err, start)
-    return {"error": None, "detail": "", "exec_ms": (time.perf_counter() - start) * 1e3}
+    return None, "", (time.perf_counter() - start) * 1e3
 
 
-def _report(err: BaseException, start: float) -> dict:
+class _discarded_output:
+    """Send fds 1 and 2 (and Python's streams) to /dev/null for the duration."""
+
+    def __enter__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for saved, target in zip(self.saved, (1, 2)):
+            os.dup2(saved, target)
+            os.close(saved)
+
+
+def _report(err: BaseException, start: float) -> tuple[str, str, float]:
     elapsed = (time.perf_counter() - start) * 1e3
     last = traceback.format_exception_only(type(err), err)[-1].strip()
     detail = last.split(": ", 1)[1] if ": " in last else last
     lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if f.filename == "<snippet>"]
     if lines:
         detail += f" (line {lines[-1]})"
-    return {"error": type(err).__name__, "detail": detail, "exec_ms": elapsed}
+    return type(err).__name__, detail, elapsed
 
 
 def _restricted_builtins(whitelist: frozenset[str]) -> dict:

@@ -2,9 +2,10 @@
 
 Worker level (paid once): private network, mount, IPC, UTS and PID namespaces; a filesystem
 view where every top-level directory except the system ones is replaced by an empty tmpfs that
-re-exposes only the Python import paths; everything read-only except a small scratch tmpfs.
-Snippet level (paid per fork, a few syscalls): new session, resource limits, dropped
-privileges, no_new_privs + seccomp.
+re-exposes only the Python import paths, and /dev holds only the character devices the
+interpreter and the math libraries use (no GPU, TPU or block devices); everything read-only.
+Snippet level (paid per fork, a few syscalls): its own scratch tmpfs, memory cgroup, new
+session, resource limits, dropped privileges, no_new_privs + seccomp.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from agentic_jax.sandbox import syscalls
 # Top-level directories a Python process needs to see; everything else is hidden.
 SYSTEM_DIRS = frozenset({"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
                          "proc", "sys"})
-SCRATCH_ROOT = "/tmp"  # the scratch tmpfs is mounted at SCRATCH_ROOT/sandbox inside the namespace
+SCRATCH_ROOT = "/tmp"  # per-snippet tmpfs mounts live under SCRATCH_ROOT/sandbox
+# The whole of the sandbox's /dev: these nodes, bound from the host's, and the links below.
+DEVICES = ("null", "zero", "full", "random", "urandom")
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2"}
 
 
 def import_paths() -> list[str]:
@@ -61,11 +66,13 @@ def _map_ids(uid: int, gid: int) -> None:
         f.write(f"0 {gid} 1")
 
 
-def build_filesystem_view(scratch_mb: int) -> str:
-    """Inside a fresh mount namespace: hide, re-expose, freeze, and mount the scratch tmpfs.
+def build_filesystem_view() -> str:
+    """Inside a fresh mount namespace: hide, re-expose, replace /dev, mount the scratch root,
+    freeze.
 
     Top-level directories outside SYSTEM_DIRS become empty (files become /dev/null), except
-    for the import paths bound back in; then the whole tree is made read-only.
+    for the import paths bound back in; /dev is rebuilt from DEVICES and DEV_LINKS; then the
+    whole tree is made read-only except the scratch root, which holds only mount points.
 
     Must run in the PID namespace's first process so that the new /proc shows only the
     worker's own processes. Returns the scratch directory. Raises OSError on failure.
@@ -87,12 +94,29 @@ def build_filesystem_view(scratch_mb: int) -> str:
     finally:
         for fd in handles.values():
             os.close(fd)
+    _minimal_dev()
     scratch = os.path.join(SCRATCH_ROOT, "sandbox")
     os.makedirs(scratch, exist_ok=True)
     syscalls.make_tree_readonly("/")
     syscalls.mount("tmpfs", scratch, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV,
-                   f"size={scratch_mb}m,nr_inodes=4096,mode=0755")
+                   "size=64k,nr_inodes=1024,mode=0755")
     return scratch
+
+
+def _minimal_dev() -> None:
+    """Cover /dev with a tmpfs that holds only DEVICES (bound from the host) and DEV_LINKS."""
+    handles = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES}
+    try:
+        syscalls.mount("tmpfs", "/dev", "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NOEXEC,
+                       "size=64k,nr_inodes=64,mode=0755")
+        for name, fd in handles.items():
+            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+            syscalls.mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, syscalls.MS_BIND, None)
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    for name, target in DEV_LINKS.items():
+        os.symlink(target, f"/dev/{name}")
 
 
 def _hide(top: str, keep: list[str], handles: dict[str, int]) -> None:

@@ -51,11 +51,14 @@ def scrub_paths(text: str) -> str:
 def classify(report: dict, timeout_ms: int, duration_ms: float) -> ExecResult:
     """Turn a worker's report about one child into an `ExecResult`.
 
-    report keys: stdout, stderr (str), result (the child's own JSON or None), timed_out (bool),
-    signal (int | None), exit_code (int | None), exec_ms (float).
+    report keys: stdout, stderr (str), result (the child's decoded report or None), timed_out
+    (bool), signal (int | None), exit_code (int | None), out_of_memory (the memory cgroup
+    killed it), exec_ms (float); or fault (str): the worker could not run the snippet at all.
     """
     common = {"duration_ms": duration_ms, "stdout": report.get("stdout", ""),
               "stderr": report.get("stderr", ""), "exec_ms": float(report.get("exec_ms", 0.0))}
+    if report.get("fault"):
+        return failure("SystemError", str(report["fault"]), **common)
     sig = report.get("signal")
     if report.get("timed_out") or sig == signal.SIGXCPU:
         return failure("TimeoutError", f"exceeded the {timeout_ms} ms time limit", **common)
@@ -66,7 +69,7 @@ def classify(report: dict, timeout_ms: int, duration_ms: float) -> ExecResult:
             return ExecResult(ok=True, **common)
         detail = scrub_paths(str(result.get("detail", "")))[:500]
         return failure(str(error)[:100], detail or "raised without a message", **common)
-    if sig is not None and "MemoryError" in common["stderr"]:
+    if report.get("out_of_memory") or (sig is not None and "MemoryError" in common["stderr"]):
         return failure("MemoryError", "ran out of memory", **common)
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

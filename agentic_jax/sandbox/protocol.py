@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import time
 
@@ -65,3 +66,37 @@ class JsonLineReader:
         if not isinstance(message, dict):
             raise ChannelClosed("message is not an object")
         return message
+
+
+# The child's report on its result descriptor: a fixed header line, then three fields, parsed
+# without recursion and with every field bounded (the snippet can write anything there).
+RESULT_MAGIC = "agentic-jax-result-1"
+RESULT_CAP = 1 << 16
+_ERROR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")
+_MAX_DETAIL = 2000
+
+
+def encode_result(error: str | None, detail: str, exec_ms: float) -> bytes:
+    """Child side: the report as bytes (error None means the code ran to completion)."""
+    text = f"{RESULT_MAGIC}\n{exec_ms:.6f}\n{error or ''}\n{detail[:_MAX_DETAIL]}"
+    return text.encode("utf-8", "backslashreplace")
+
+
+def decode_result(data: bytes, total: int) -> dict | None:
+    """Host side: {"error", "detail", "exec_ms"} or None when the report is not well formed.
+
+    total: bytes the child wrote in all (more than RESULT_CAP means it was not a report).
+    """
+    if total > RESULT_CAP:
+        return None
+    parts = data.decode("utf-8", "replace").split("\n", 3)
+    if len(parts) != 4 or parts[0] != RESULT_MAGIC:
+        return None
+    try:
+        exec_ms = float(parts[1])
+    except ValueError:
+        return None
+    error = parts[2] or None
+    if not 0 <= exec_ms < 1e9 or (error is not None and not _ERROR_NAME.fullmatch(error)):
+        return None
+    return {"error": error, "detail": parts[3][:_MAX_DETAIL], "exec_ms": exec_ms}

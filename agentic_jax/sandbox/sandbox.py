@@ -13,6 +13,7 @@ import time
 import weakref
 
 from agentic_jax.sandbox.output import classify
+from agentic_jax.sandbox.session import Session
 from agentic_jax.sandbox.types import ExecResult, SandboxConfig, failure
 from agentic_jax.sandbox.validator import is_deterministic, validate
 from agentic_jax.sandbox.worker import Worker, WorkerDied
@@ -33,7 +34,9 @@ class Sandbox:
     """Runs untrusted Python snippets in isolated, warm worker processes.
 
     Use as a context manager or call close(); run/run_batch/submit/check_answer never raise
-    because of the code they run.
+    because of the code they run, nor because a worker died or the sandbox was closed while
+    they were under way (they return a SystemError result). Calls made after close() raise
+    RuntimeError("Sandbox is closed"). Once close() returns, none of its processes is left.
     """
 
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
@@ -85,25 +88,37 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, code: str, timeout_ms: int | None = None) -> ExecResult:
-        """Execute one snippet with the configured limits (timeout_ms overrides the timeout)."""
+    def run(self, code: str, timeout_ms: int | None = None,
+            history: list[str] | tuple[str, ...] = ()) -> ExecResult:
+        """Execute one snippet with the configured limits (timeout_ms overrides the timeout).
+
+        history: earlier blocks of the same session, run first in the same namespace with
+        their output discarded (each may use timeout_ms again); see `session`.
+        """
         self._enter()
         try:
-            return self._execute(code, timeout_ms)
+            return self._execute(code, timeout_ms, tuple(history))
         finally:
             self._leave()
 
-    def submit(self, code: str, timeout_ms: int | None = None
+    def submit(self, code: str, timeout_ms: int | None = None,
+               history: list[str] | tuple[str, ...] = ()
                ) -> concurrent.futures.Future[ExecResult]:
         """Queue a snippet on the host thread pool; the future resolves to its ExecResult."""
         self._enter()
         try:
-            future = self._pool.submit(self._execute, code, timeout_ms)
+            future = self._pool.submit(self._execute, code, timeout_ms, tuple(history))
         except RuntimeError:
             self._leave()
             raise RuntimeError("Sandbox is closed") from None
         future.add_done_callback(lambda _: self._leave())
         return future
+
+    def session(self) -> Session:
+        """A per-episode handle. With cfg.stateful, its blocks share one namespace, as in a
+        notebook (each call replays the earlier successful blocks in a fresh child); without,
+        each block runs on its own, exactly like `run`."""
+        return Session(self, self.cfg.stateful)
 
     def run_batch(self, codes: list[str], timeout_ms: int | None = None) -> list[ExecResult]:
         """Execute snippets concurrently over the workers; results in input order."""
@@ -134,15 +149,25 @@ class Sandbox:
                 "cache_hits": counts.get("cache_hits", 0), "restarts": counts.get("restarts", 0)}
 
     def close(self) -> None:
-        """Stop every worker and its children; idempotent."""
+        """Stop every worker and its children, and wait until they are gone; idempotent.
+
+        Calls already under way return SystemError results; queued ones return at once.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            idle_now = self._pending == 0
+        self._pool.shutdown(wait=False)
         for worker in self._workers:
-            worker.kill()
+            worker.retire()
+        if idle_now:
+            self._release_all()
         _live.discard(self)
+
+    def _release_all(self) -> None:
+        for worker in self._workers:
+            worker.release()
 
     def _enter(self) -> None:
         with self._lock:
@@ -153,44 +178,74 @@ class Sandbox:
     def _leave(self) -> None:
         with self._lock:
             self._pending -= 1
+            last = self._closed and self._pending == 0
+        if last:  # the last call of a closed sandbox: nobody reads the pipes any more
+            self._release_all()
 
-    def _execute(self, code: str, timeout_ms: int | None) -> ExecResult:
+    def _execute(self, code: str, timeout_ms: int | None,
+                 history: tuple[str, ...] = ()) -> ExecResult:
         start = time.perf_counter()
         timeout = self.cfg.timeout_ms if timeout_ms is None else timeout_ms
         if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 < timeout <= 3600000:
             raise ValueError(f"timeout_ms: expected an integer in [1, 3600000], got {timeout_ms!r}")
+        if self._closed:
+            return _closed_result(start)
         cfg = self.cfg
-        checked = validate(code, cfg.whitelist, cfg.max_code_bytes, cfg.max_nesting,
-                           cfg.max_literal_len)
-        if isinstance(checked, ExecResult):
-            return _with_duration(checked, start)
-        key = (code, timeout) if cfg.cache_size and is_deterministic(checked) else None
+        trees = []
+        for block in (*history, code):
+            checked = validate(block, cfg.whitelist, cfg.max_code_bytes, cfg.max_nesting,
+                               cfg.max_literal_len)
+            if isinstance(checked, ExecResult):
+                return _with_duration(checked, start)
+            trees.append(checked)
+        deterministic = all(is_deterministic(tree) for tree in trees)
+        key = (code, timeout, history) if cfg.cache_size and deterministic else None
         hit = self._cache_get(key)
         if hit is not None:
             return _with_duration(hit, start, cached=True)
-        result = self._dispatch(code, timeout, start)
+        result = self._dispatch(code, timeout, list(history), start)
         if key is not None and result.error not in ("TimeoutError", "SystemError", "SandboxError"):
             self._cache_put(key, result)
         return result
 
-    def _dispatch(self, code: str, timeout_ms: int, start: float) -> ExecResult:
+    def _dispatch(self, code: str, timeout_ms: int, history: list[str],
+                  start: float) -> ExecResult:
         worker = self._idle.get()
         self._bump("running", 1)
         try:
-            report = worker.execute(code, timeout_ms)
-            result = classify(report, timeout_ms, (time.perf_counter() - start) * 1e3)
-        except WorkerDied as err:
-            result = failure("TimeoutError" if "deadline" in str(err) else "SystemError",
-                             f"the sandbox worker stopped responding ({err})",
-                             (time.perf_counter() - start) * 1e3)
-            self._replace(worker)
+            result = self._attempt(worker, code, timeout_ms, history, start)
         finally:
             self._bump("running", -1)
-            self._idle.put(worker)
+            self._idle.put(worker)  # even when closed: callers queued behind it must finish
         with self._lock:
             self._latencies.append(result.duration_ms)
             self._counts["completed"] += 1
         return result
+
+    def _attempt(self, worker: Worker, code: str, timeout_ms: int, history: list[str],
+                 start: float) -> ExecResult:
+        """Run on `worker`, replacing it when it dies; a snippet that never reached a clean
+        process is run once more on the replacement."""
+        retried = False
+        while True:
+            if self._closed:
+                return _closed_result(start)
+            try:
+                report = worker.execute(code, timeout_ms, history)
+            except WorkerDied as err:
+                self._replace(worker)
+                if not err.started and not retried:
+                    retried = True
+                    continue
+                return failure("TimeoutError" if "deadline" in str(err) else "SystemError",
+                               f"the sandbox worker stopped responding ({err})",
+                               (time.perf_counter() - start) * 1e3)
+            if report.get("retire"):  # the worker lost its clean template: start a new one
+                self._replace(worker)
+                if report.get("started") is False and not retried:
+                    retried = True
+                    continue
+            return classify(report, timeout_ms, (time.perf_counter() - start) * 1e3)
 
     def _replace(self, worker: Worker) -> None:
         """Restart a dead worker in place so the pool keeps serving."""
@@ -202,7 +257,8 @@ class Sandbox:
             worker.spawn()
             worker.wait_ready()
         except (WorkerDied, OSError) as err:
-            log.error("could not restart a sandbox worker: %s", err)
+            if not self._closed:
+                log.error("could not restart a sandbox worker: %s", err)
 
     def _bump(self, name: str, delta: int) -> None:
         with self._lock:
@@ -223,6 +279,11 @@ class Sandbox:
             self._cache[key] = result
             while len(self._cache) > self.cfg.cache_size:
                 self._cache.popitem(last=False)
+
+
+def _closed_result(start: float) -> ExecResult:
+    return failure("SystemError", "the sandbox was closed before the snippet finished",
+                   (time.perf_counter() - start) * 1e3)
 
 
 def _with_duration(result: ExecResult, start: float, cached: bool = False) -> ExecResult:

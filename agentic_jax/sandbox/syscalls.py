@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import platform
+import signal
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -23,7 +25,10 @@ MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+CLONE_PARENT = 0x00008000
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -49,7 +54,13 @@ DENIED_SYSCALLS = (
     "sethostname", "setdomainname", "iopl", "ioperm", "syslog", "vhangup", "mknod", "mknodat",
     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
     "personality", "seccomp",
+    # Memory and objects that outlive the process or escape RLIMIT_AS: SysV IPC, POSIX message
+    # queues, memfd (its pages are never mapped, so the address-space limit misses them).
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
+    "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+    "mq_notify", "mq_getsetattr", "memfd_create", "memfd_secret",
 )
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
 
 class _SockFprog(ctypes.Structure):
@@ -88,6 +99,44 @@ def make_tree_readonly(path: str) -> None:
     _check(_libc.syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD),
                          path.encode(), ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr),
                          ctypes.c_size_t(ctypes.sizeof(attr))), "mount_setattr")
+
+
+def umount(target: str) -> None:
+    """Lazily detach the mount at `target` (umount2 with MNT_DETACH)."""
+    _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+
+
+def set_process_name(name: str) -> None:
+    """Name shown in /proc/PID/comm and by ps (at most 15 bytes are kept)."""
+    _check(_libc.prctl(ctypes.c_int(PR_SET_NAME), ctypes.c_char_p(name.encode()[:15]),
+                       ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(NAME)")
+
+
+_pylib = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL held across the raw clone
+
+
+def fork_sibling() -> int:
+    """Fork, but make the new process a child of the caller's parent (clone CLONE_PARENT).
+
+    Returns like os.fork(): 0 in the new process, its PID in the caller. The interpreter's
+    own fork hooks run around the raw syscall, so the child is a normal Python process; the
+    caller must be single-threaded. Raises OSError when clone fails.
+    """
+    number = _SYS_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(38, f"clone: unsupported architecture {platform.machine()}")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _pylib.syscall(ctypes.c_long(number), ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD),
+                         ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                         ctypes.c_ulong(0))
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return pid
 
 
 def prctl(option: int, arg2: int = 0) -> None:

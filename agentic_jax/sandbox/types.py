@@ -35,6 +35,8 @@ class SandboxConfig:
     max_literal_len: longest string/bytes literal and most elements in one literal display.
     sandbox_uid / sandbox_gid: unprivileged ids the snippet runs as when the host is root.
     grace_ms: extra time the host waits for a worker before declaring it hung.
+    stateful: `Sandbox.session()` blocks share one namespace (earlier successful blocks are
+        replayed in each fresh child); off, every block runs on its own.
     """
 
     timeout_ms: int = 500
@@ -51,6 +53,7 @@ class SandboxConfig:
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
     grace_ms: int = 3000
+    stateful: bool = False
 
     def __post_init__(self) -> None:
         whitelist = self.whitelist
@@ -76,6 +79,8 @@ class SandboxConfig:
         _check_int("sandbox_uid", self.sandbox_uid, 1, (1 << 32) - 2)
         _check_int("sandbox_gid", self.sandbox_gid, 1, (1 << 32) - 2)
         _check_int("grace_ms", self.grace_ms, 100, 600_000)
+        if not isinstance(self.stateful, bool):
+            raise ValueError(f"SandboxConfig.stateful: expected a bool, got {self.stateful!r}")
 
     @property
     def workers(self) -> int:

@@ -1,5 +1,5 @@
 """Red-team attacks. Each asserts the side effect did not happen, the call returned within its
-bound, and the sandbox still runs `print(6*7)` afterwards.
+bound, and the sandbox still runs fresh code afterwards (a unique probe the cache cannot answer).
 
 `strict` has the default whitelist (realistic attacks through sympy/numpy); `wide` whitelists
 os/subprocess/ctypes/socket/... to model a complete bypass of the static layer, so that the OS
@@ -14,6 +14,8 @@ import time
 import pytest
 
 from agentic_jax.sandbox import Sandbox, SandboxConfig
+from agentic_jax.sandbox.child import CHILD_ENV
+from tests.sandbox.conftest import probe
 
 TIMEOUT_MS = 2000  # generous: lazy imports are slow on a loaded machine
 WIDE = ("sympy", "numpy", "math", "os", "sys", "subprocess", "ctypes", "socket", "signal",
@@ -57,8 +59,7 @@ def attack(box, code, timeout_ms=TIMEOUT_MS):
     start = time.monotonic()
     result = box.run(code, timeout_ms=timeout_ms)
     assert time.monotonic() - start < timeout_ms / 1e3 + 3.0, "call exceeded its bound"
-    after = box.run("print(6*7)")
-    assert after.ok and after.stdout == "42\n", after
+    probe(box)
     return result, pids
 
 
@@ -162,9 +163,9 @@ def test_numpy_file_written_in_workdir_does_not_persist(strict):
     assert second.error == "FileNotFoundError"
 
 
-def test_sympy_misc_os_environment_is_empty(strict):
+def test_sympy_misc_os_environment_holds_only_thread_settings(strict):
     result, _ = attack(strict, "from sympy.utilities import misc\nprint(dict(misc.os.environ))")
-    assert result.stdout == "{}\n"
+    assert eval(result.stdout) == CHILD_ENV
 
 
 # --- OS layer on its own (static layer bypassed) -------------------------------------------
@@ -231,7 +232,8 @@ def test_environment_and_proc_environ_leak_nothing(wide):
                 "            except OSError as e:\n                print(pid, f, e.errno)")
         result, _ = attack(wide, code)
         assert result.ok, result
-        assert SECRET not in result.stdout and result.stdout.startswith("{}\n")
+        assert SECRET not in result.stdout
+        assert eval(result.stdout.splitlines()[0]) == CHILD_ENV
         assert str(os.getpid()) not in result.stdout.split()
     finally:
         del os.environ["AGENTIC_JAX_TEST_SECRET"]

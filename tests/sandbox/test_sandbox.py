@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from agentic_jax.sandbox import ExecResult, Sandbox, SandboxConfig
+from agentic_jax.sandbox import ExecResult, Sandbox, SandboxConfig, cgroup
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +19,15 @@ def sb():
 
 
 def test_every_isolation_layer_is_active_on_this_machine(sb):
-    assert sb.layers == {name: True for name in (
+    layers = dict(sb.layers)
+    # The memory cgroup needs a writable memory controller; the rlimits hold without one.
+    probe_dir = cgroup.create()
+    if probe_dir is not None:
+        cgroup.remove(probe_dir)
+    assert layers.pop("memory_cgroup") == (probe_dir is not None)
+    assert layers == {name: True for name in (
         "static_analysis", "network_namespace", "mount_namespace", "pid_namespace",
-        "private_filesystem", "privilege_drop", "seccomp", "resource_limits")}
+        "private_filesystem", "privilege_drop", "seccomp", "resource_limits", "clean_template")}
 
 
 def test_runs_code_and_captures_stdout_and_stderr(sb):
@@ -172,7 +178,7 @@ def test_mixed_runs_leak_nothing(sb):
     for i in range(40):
         sb.run_batch([m + f"\n# {i}" for m in mix], timeout_ms=100)
     assert me.num_fds() == fds
-    # Per worker: the outer process, the namespace init and at most one pre-forked child.
-    assert len(me.children(recursive=True)) <= 3 * len(workers)
+    # Per worker: the outer process, the server, the template, at most one pre-forked child.
+    assert len(me.children(recursive=True)) <= 4 * len(workers)
     assert me.memory_info().rss - rss < 20 * 2**20
     assert [w.num_fds() for w in workers] == worker_fds
