@@ -1,0 +1,137 @@
+"""Scores of sampled answers on a benchmark: avg@k, unbiased pass@k, maj@k, bootstrap 95%
+intervals, and the same per subject and level. Pure Python and NumPy; grading is
+``agentic_jax.reward.grade_answer``.
+
+With n samples of a problem of which c are correct:
+
+    avg@n  = c / n                                     (mean accuracy of one sample)
+    pass@k = 1 - C(n - c, k) / C(n, k)                  (unbiased; Chen et al. 2021, k <= n)
+    maj@n  = [the largest class of equivalent answers is correct]
+
+Answers are put in one class when the grader finds them equivalent ("1/2", "0.5" and
+"\\frac12" vote together); a response without an answer does not vote, and ties go to the
+class seen first. Each benchmark figure is the mean over problems; its 95% interval is the
+2.5th-97.5th percentile of that mean over ``num_resamples`` bootstrap resamples of the problems.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from agentic_jax.reward import extract_answer, grade_answer
+
+Grade = Callable[[str | None, str], bool]
+NUM_RESAMPLES = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One sampled response to a problem; ``answer`` None means: extract it from ``response``."""
+
+    response: str
+    answer: str | None = None
+    tool_calls: int = 0
+    used_code: bool = False
+    response_length: int = 0  # tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemScore:
+    """The graded samples of one problem."""
+
+    answers: tuple[str | None, ...]  # [n] extracted answers
+    correct: tuple[bool, ...]        # [n] each sample graded against the reference
+    majority_correct: bool           # the majority class's answer is correct
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n - c, k) / C(n, k)."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n and 0 <= c <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def majority_answer(answers: Sequence[str | None], grade: Grade = grade_answer) -> str | None:
+    """The representative of the largest class of grader-equivalent answers (first seen wins
+    ties); None when no sample has an answer."""
+    representatives: list[str] = []
+    counts: list[int] = []
+    for answer in answers:
+        if answer is None:
+            continue
+        index = next((i for i, rep in enumerate(representatives) if grade(answer, rep)), None)
+        if index is None:
+            representatives.append(answer)
+            counts.append(1)
+        else:
+            counts[index] += 1
+    if not counts:
+        return None
+    return representatives[int(np.argmax(counts))]  # argmax takes the first of equal counts
+
+
+def score_problem(samples: Sequence[Sample], reference: str,
+                  grade: Grade = grade_answer) -> ProblemScore:
+    """Extracts (where needed) and grades every sample, and the majority vote."""
+    answers = tuple(s.answer if s.answer is not None else extract_answer(s.response)
+                    for s in samples)
+    correct = tuple(grade(a, reference) for a in answers)
+    majority = majority_answer(answers, grade)
+    return ProblemScore(answers, correct, majority is not None and grade(majority, reference))
+
+
+def _interval(values: np.ndarray, resamples: np.ndarray) -> list[float]:
+    """95% bootstrap interval of the mean of ``values`` [P] over ``resamples`` [B, P]."""
+    means = values[resamples].mean(axis=1)
+    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
+
+
+def summarize(scores: Sequence[ProblemScore], *, num_resamples: int = NUM_RESAMPLES,
+              seed: int = 0) -> dict:
+    """avg@K, pass@1..pass@K, maj@K (K = samples per problem) and their ``ci95`` intervals."""
+    if not scores:
+        raise ValueError("no problems to summarize")
+    n = len(scores[0].correct)
+    if n == 0 or any(len(s.correct) != n for s in scores):
+        raise ValueError("every problem needs the same, non-zero number of samples")
+    counts = np.array([sum(s.correct) for s in scores])
+    per_problem = {f"avg@{n}": counts / n}
+    for k in range(1, n + 1):
+        per_problem[f"pass@{k}"] = np.array([pass_at_k(n, int(c), k) for c in counts])
+    per_problem[f"maj@{n}"] = np.array([float(s.majority_correct) for s in scores])
+    rng = np.random.default_rng(seed)
+    resamples = rng.integers(0, len(scores), size=(num_resamples, len(scores)))
+    result: dict = {"num_problems": len(scores), "num_samples": n}
+    result.update({name: float(v.mean()) for name, v in per_problem.items()})
+    result["ci95"] = {name: _interval(v, resamples) for name, v in per_problem.items()}
+    extracted = [a is not None for s in scores for a in s.answers]
+    result["extraction_rate"] = sum(extracted) / len(extracted)
+    return result
+
+
+def breakdown(scores: Sequence[ProblemScore], keys: Sequence[object], **kwargs) -> dict:
+    """``summarize`` per group of problems: ``keys[i]`` is problem i's subject, level, ...;
+    problems whose key is None or "" are left out."""
+    groups: dict[str, list[ProblemScore]] = {}
+    for score, key in zip(scores, keys, strict=True):
+        if key not in (None, ""):
+            groups.setdefault(str(key), []).append(score)
+    return {key: summarize(group, **kwargs) for key, group in sorted(groups.items())}
+
+
+def usage(samples: Sequence[Sequence[Sample]]) -> Mapping[str, float]:
+    """Code use, tool calls and response length averaged over every sample."""
+    flat = [s for problem in samples for s in problem]
+    if not flat:
+        return {"code_use_rate": 0.0, "tool_calls": 0.0, "response_length": 0.0}
+    return {
+        "code_use_rate": sum(s.used_code for s in flat) / len(flat),
+        "tool_calls": sum(s.tool_calls for s in flat) / len(flat),
+        "response_length": sum(s.response_length for s in flat) / len(flat),
+    }

@@ -1,0 +1,139 @@
+"""avg@k, unbiased pass@k, maj@k by equivalence class, bootstrap intervals, breakdowns and
+the files of a benchmark evaluation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+import pytest
+
+from agentic_jax.data.problem import Problem
+from agentic_jax.evaluation import (Sample, breakdown, evaluate_benchmarks, majority_answer,
+                                    pass_at_k, score_problem, summarize, usage)
+
+
+def _problem(i, answer, subject="Algebra", level=1):
+    return Problem(id=f"b:{i}", stage="external", difficulty=0.0, question=f"q{i}",
+                   answer=answer, solution_code="", tests="", direct_solution="", kind="b",
+                   meta={"subject": subject, "level": level})
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 6])
+def test_pass_at_k_is_the_mean_over_all_k_subsets(n):
+    for c in range(n + 1):
+        flags = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(flags, k))
+            expected = sum(any(s) for s in subsets) / len(subsets)
+            assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    for n, c, k in ((4, 5, 1), (4, 1, 5), (4, 1, 0)):
+        with pytest.raises(ValueError, match="pass@k"):
+            pass_at_k(n, c, k)
+
+
+def test_majority_votes_by_equivalence_class():
+    assert majority_answer(["3", "1/2", "0.5", "3", "\\frac12"]) == "1/2"
+    assert majority_answer(["4", "5", "5", "4"]) == "4"  # a tie goes to the first class seen
+    assert majority_answer([None, None, "7"]) == "7"    # no answer, no vote
+    assert majority_answer([None, None]) is None
+
+
+def test_score_problem_extracts_and_grades():
+    samples = [Sample("so \\boxed{0.5}"), Sample("The answer is 1/2."), Sample("no idea"),
+               Sample("ignored text", answer="3")]
+    score = score_problem(samples, "\\frac{1}{2}")
+    assert score.answers == ("0.5", "1/2", None, "3")
+    assert score.correct == (True, True, False, False) and score.majority_correct
+
+
+def test_summarize_keys_values_and_intervals():
+    scores = [score_problem([Sample(r) for r in responses], ref) for responses, ref in [
+        (["\\boxed{1}", "\\boxed{1}", "\\boxed{2}", "\\boxed{1}"], "1"),
+        (["\\boxed{3}", "\\boxed{5}", "\\boxed{3}", "\\boxed{4}"], "5"),
+        (["\\boxed{7}", "\\boxed{7}", "\\boxed{7}", "\\boxed{7}"], "7"),
+        (["none", "\\boxed{0}", "\\boxed{0}", "\\boxed{8}"], "9"),
+    ]]
+    result = summarize(scores, seed=0)
+    assert result["num_problems"] == 4 and result["num_samples"] == 4
+    assert result["avg@4"] == pytest.approx((3 + 1 + 4 + 0) / 16)
+    assert result["pass@1"] == pytest.approx(result["avg@4"])
+    assert result["pass@4"] == pytest.approx(3 / 4)
+    assert result["maj@4"] == pytest.approx(2 / 4)
+    assert result["extraction_rate"] == pytest.approx(15 / 16)
+    assert set(result["ci95"]) == {"avg@4", "maj@4"} | {f"pass@{k}" for k in range(1, 5)}
+    for key, (low, high) in result["ci95"].items():
+        assert 0.0 <= low <= result[key] <= high <= 1.0
+    assert summarize(scores, seed=0) == result  # seeded: the same intervals every run
+    with pytest.raises(ValueError, match="same, non-zero number of samples"):
+        summarize(scores + [score_problem([Sample("\\boxed{1}")], "1")])
+
+
+def test_intervals_narrow_with_more_problems():
+    def width(num_problems):
+        scores = [score_problem([Sample(f"\\boxed{{{i % 2}}}")], "1") for i in range(num_problems)]
+        low, high = summarize(scores, seed=1)["ci95"]["avg@1"]
+        return high - low
+    assert width(400) < width(40) / 2
+    same = [score_problem([Sample("\\boxed{1}")], "1")] * 10
+    assert summarize(same)["ci95"]["avg@1"] == [1.0, 1.0]
+
+
+def test_breakdown_by_subject_and_level_skips_missing_keys():
+    scores = [score_problem([Sample("\\boxed{1}")], ref) for ref in ("1", "2", "1")]
+    groups = breakdown(scores, ["Algebra", "Geometry", None])
+    assert set(groups) == {"Algebra", "Geometry"}
+    assert groups["Algebra"]["avg@1"] == 1.0 and groups["Geometry"]["avg@1"] == 0.0
+
+
+def test_usage_averages_over_samples():
+    stats = usage([[Sample("a", tool_calls=2, used_code=True, response_length=10),
+                    Sample("b", response_length=30)]])
+    assert stats == {"code_use_rate": 0.5, "tool_calls": 1.0, "response_length": 20.0}
+
+
+def test_evaluate_benchmarks_writes_results_table_png_transcripts_and_history(tmp_path):
+    benchmarks = {"math500": [_problem(0, "\\frac{1}{2}", "Algebra", 2),
+                              _problem(1, "3", "Geometry", 5)],
+                  "aime24": [_problem(2, "033", "", None)]}
+
+    def sample(problems, k):
+        # Right on problem 0 and 2 in two of k samples, never on problem 1.
+        return [[f"\\boxed{{{p.answer if j < 2 and p.id != 'b:1' else 99}}}" for j in range(k)]
+                for p in problems]
+
+    eval_dir = str(tmp_path / "eval")
+    results = evaluate_benchmarks(benchmarks, sample, eval_dir, num_samples=4, step=10)
+    saved = json.load(open(os.path.join(eval_dir, "math500.json")))
+    assert saved == json.loads(json.dumps(results["math500"]))
+    for key in ("num_problems", "num_samples", "avg@4", "pass@1", "pass@2", "pass@3",
+                "pass@4", "maj@4", "ci95", "by_subject", "by_level", "code_use_rate",
+                "tool_calls", "response_length"):
+        assert key in saved
+    assert saved["avg@4"] == pytest.approx(0.25) and saved["pass@4"] == pytest.approx(0.5)
+    assert set(saved["by_subject"]) == {"Algebra", "Geometry"} and set(saved["by_level"]) == {
+        "2", "5"}
+    table = open(os.path.join(eval_dir, "summary.md")).read()
+    assert "| math500 | 2 | 4 |" in table and "| aime24 | 1 | 4 |" in table
+    for png in ("summary.png", "history.png"):
+        with open(os.path.join(eval_dir, png), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    lines = open(os.path.join(eval_dir, "aime24.samples.jsonl")).read().splitlines()
+    record = json.loads(lines[0])
+    assert record["reference"] == "033" and len(record["samples"]) == 4
+    assert [s["correct"] for s in record["samples"]] == [True, True, False, False]
+    history = [json.loads(x) for x in open(os.path.join(eval_dir, "history.jsonl"))]
+    assert history[0]["step"] == 10 and history[0]["aime24/avg@4"] == pytest.approx(0.5)
+
+
+def test_sampler_returning_the_wrong_shape_is_a_clear_error(tmp_path):
+    benchmarks = {"b": [_problem(0, "1")]}
+    with pytest.raises(ValueError, match="1 samples, expected 2"):
+        evaluate_benchmarks(benchmarks, lambda ps, k: [["x"]], str(tmp_path), num_samples=2)
+    with pytest.raises(ValueError, match="returned 0 rows for 1 problems"):
+        evaluate_benchmarks(benchmarks, lambda ps, k: [], str(tmp_path), num_samples=2)
+    assert not os.path.exists(tmp_path / "b.json")
