@@ -19,7 +19,6 @@ from agentic_jax.sandbox.protocol import (RESULT_CAP, ChannelClosed, JsonLineRea
 from agentic_jax.sandbox.scratch import Workdirs
 from agentic_jax.sandbox.template import TemplateClient, TemplateLost
 
-_TEMPLATE_TIMEOUT_S = 2.0  # a fork takes milliseconds; beyond this the template is gone
 
 
 class Server:
@@ -27,6 +26,7 @@ class Server:
 
     def __init__(self, forker: TemplateClient, workdirs: Workdirs, memcg: WorkerCgroup | None,
                  max_output_bytes: int, proto_in: int, proto_out: int) -> None:
+        """forker.timeout_s bounds each wait for the template (a fork takes milliseconds)."""
         self.forker, self.workdirs, self.memcg = forker, workdirs, memcg
         self.max_output_bytes = max_output_bytes
         self.proto_in, self.proto_out = proto_in, proto_out
@@ -91,7 +91,7 @@ class PreforkedChild:
         """Hand over the snippet and supervise it under the wall-clock deadline."""
         start = time.perf_counter()
         try:
-            self.pid = self.forker.child_pid(_TEMPLATE_TIMEOUT_S)
+            self.pid = self.forker.child_pid()
         except TemplateLost as err:
             os.close(self.code_fd)
             self.code_fd = -1
@@ -135,7 +135,7 @@ class PreforkedChild:
             self._reap()
         elif self.code_fd >= 0:  # never started: the template may still be forking it
             try:
-                self.pid = self.forker.child_pid(_TEMPLATE_TIMEOUT_S)
+                self.pid = self.forker.child_pid()
                 _kill(self.pid)
                 self._reap()
             except TemplateLost:

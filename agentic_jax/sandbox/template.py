@@ -28,12 +28,13 @@ class TemplateLost(Exception):
     """The template process died or stopped answering; the worker must be replaced."""
 
 
-def start(become_child: Callable[[str, list[int]], None], drop: list[int]) -> TemplateClient:
+def start(become_child: Callable[[str, list[int]], None], drop: list[int],
+          timeout_s: float) -> TemplateClient:
     """Fork the template from the calling (serving) process.
 
     become_child(workdir, fds) runs in each new child and never returns; it sees the serving
     process's state as of this call, before any request. drop: descriptors the template must
-    not keep (the host protocol pipes).
+    not keep (the host protocol pipes). timeout_s: longest wait for the template's answer.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
@@ -43,7 +44,7 @@ def start(become_child: Callable[[str, list[int]], None], drop: list[int]) -> Te
             os.close(fd)
         _serve(theirs, become_child)
     theirs.close()
-    return TemplateClient(ours, pid)
+    return TemplateClient(ours, pid, timeout_s)
 
 
 def _serve(sock: socket.socket, become_child: Callable[[str, list[int]], None]) -> None:
@@ -75,9 +76,10 @@ def _serve(sock: socket.socket, become_child: Callable[[str, list[int]], None]) 
 class TemplateClient:
     """Serving-process side of the template: ask for children, learn their PIDs."""
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
+    def __init__(self, sock: socket.socket, pid: int, timeout_s: float) -> None:
         self.sock = sock
         self.pid = pid
+        self.timeout_s = timeout_s
 
     def request(self, workdir: str, fds: list[int]) -> None:
         """Ask for a child working in `workdir` on the given descriptors (not waiting)."""
@@ -86,9 +88,9 @@ class TemplateClient:
         except OSError as err:
             raise TemplateLost(f"template unreachable: {err}") from err
 
-    def child_pid(self, timeout_s: float) -> int:
+    def child_pid(self) -> int:
         """PID of the child of the oldest unanswered request."""
-        if not select.select([self.sock], [], [], timeout_s)[0]:
+        if not select.select([self.sock], [], [], self.timeout_s)[0]:
             raise TemplateLost("template did not answer in time")
         try:
             data = self.sock.recv(_PID.size)

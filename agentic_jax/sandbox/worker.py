@@ -71,7 +71,7 @@ class Worker:
                        "disk_mb": self.cfg.disk_mb, "max_open_files": self.cfg.max_open_files,
                        "max_output_bytes": self.cfg.max_output_bytes,
                        "uid": self.cfg.sandbox_uid, "gid": self.cfg.sandbox_gid,
-                       "cgroup": self._cgroup}
+                       "grace_ms": self.cfg.grace_ms, "cgroup": self._cgroup}
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-c", _BOOT, _PACKAGE_ROOT, json.dumps(payload)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -96,8 +96,10 @@ def main(config_json: str) -> None:
         cgroup_procs_fd=memcg.procs_fd if memcg else None)
     gc.collect()
     gc.freeze()  # keeps the collector from touching (and copying) inherited pages in children
+    # The host gives up on a worker grace_ms after a snippet's deadline; a lost template must
+    # be noticed well before, so that the request is reported as never started.
     forker = template.start(lambda workdir, fds: run_child(plan, workdir, fds),
-                            drop=[proto_in, proto_out])
+                            drop=[proto_in, proto_out], timeout_s=cfg["grace_ms"] / 3e3)
     workdirs = Workdirs(scratch, cfg["disk_mb"], mounts=not host_visible, uid=uid, gid=gid)
     try:
         send_json(proto_out, {"ready": True, "layers": layers, "missing": missing,
