@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_jax.data.problem import Problem
+from agentic_jax.data.recipes import RECIPES, recipe_prompt
 
 CODE_OPEN = "```python\n"
 CODE_CLOSE = "```"
@@ -35,7 +36,9 @@ TOOL_INSTRUCTION = (
     "is shown in a ```output block. Put the final answer in \\boxed{}."
 )
 DIRECT_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
-TEMPLATES = ("zero", "short", "chat")
+# The project's own templates, then the published recipes of data/recipes.py (ZeroTIR,
+# SimpleTIR, Qwen2.5-Math CoT and tool-integrated), each documented there with its source.
+TEMPLATES = ("zero", "short", "chat") + tuple(RECIPES)
 
 # ChatML, installed on the built-in tokenizer (checkpoints bring their own template).
 CHATML_TEMPLATE = (
@@ -62,8 +65,9 @@ def format_prompt(question: str, *, template: str = "zero", tokenizer: Any = Non
       template: "zero" (plain text for base models, no instruction tuning assumed), "short"
         (no instruction, only whether the tool is available: for models trained from scratch,
         which learn the format in the warm start and gain nothing from ~40 instruction tokens
-        but their cost), or "chat" (the tokenizer's chat template with a system instruction
-        and the question).
+        but their cost), "chat" (the tokenizer's chat template with a system instruction
+        and the question), or a published recipe's name ("zerotir", "simpletir",
+        "qwen25_math_cot", "qwen25_math_tir", "zerorl"; see ``agentic_jax.data.recipes``).
       tokenizer: needed for "chat"; must have a `chat_template`.
       allow_tools: whether the instruction offers the Python tool.
     """
@@ -80,6 +84,8 @@ def format_prompt(question: str, *, template: str = "zero", tokenizer: Any = Non
                     {"role": "user", "content": question}]
         return tokenizer.apply_chat_template(messages, tokenize=False,
                                              add_generation_prompt=True)
+    if template in RECIPES:
+        return recipe_prompt(question, template, tokenizer=tokenizer, allow_tools=allow_tools)
     raise ValueError(f"template: expected one of {TEMPLATES}, got {template!r}")
 
 
