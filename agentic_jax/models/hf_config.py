@@ -141,16 +141,6 @@ def rope_scaling_to_hf(cfg: ModelConfig) -> dict[str, Any] | None:
     return scaling
 
 
-def _max_position_embeddings(cfg: ModelConfig) -> int:
-    # transformers 4.x derives YaRN's factor as max_position_embeddings / original length
-    # (5.x reads `factor`): writing the product makes both compute the same frequencies.
-    if cfg.rope_type == "yarn":
-        extended = cfg.rope_factor * cfg.rope_original_max_len
-        if extended.is_integer():
-            return int(extended)
-    return cfg.max_seq_len
-
-
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     """config.json contents that transformers loads as Qwen2/Qwen3/LlamaForCausalLM."""
     if cfg.family != "qwen2" and cfg.qkv_bias:
@@ -175,7 +165,7 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         num_key_value_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim,
         hidden_act="silu",
-        max_position_embeddings=_max_position_embeddings(cfg),
+        max_position_embeddings=cfg.max_seq_len,
         rms_norm_eps=cfg.rms_norm_eps,
         tie_word_embeddings=cfg.tie_word_embeddings,
         rope_theta=cfg.rope_theta,
