@@ -117,6 +117,6 @@ def _choices_equal(pred_choice: Choice | None, pred: str, ref_choice: Choice | N
         ref.strip().upper() if _LONE_LETTER.fullmatch(ref.strip().upper()) else None)
     if other_letter is not None:
         return pred_choice.letter == other_letter
-    if not pred_choice.value:
-        return False
+    if not pred_choice.value or choice(pred_choice.value) is not None:
+        return False  # no value, or a second letter where the value should be
     return values_equal(pred_choice.value, ref)

@@ -55,6 +55,15 @@ HOSTILE = [
     "\\" * 1000,
     "é" * 500,
     r"\begin{pmatrix}1\\",
+    "(A)" * 333,
+    "(A) " * 250 + "5",
+    r"2\frac12" * 100,
+    r"0." + r"\overline{3}" * 100,
+    r"\{x|" * 200,
+    "|x|>" * 200 + "1",
+    r"\mathbb{R}\setminus\{" + ",".join(str(i) for i in range(150)) + r"\}",
+    r"\mathrm{~m}/" * 100,
+    "1_2" * 300,
 ]
 REFERENCES = ["1", "10**10**10", r"9^{9^{9^9}}", "x", "2^{10^6}+1", "[1, 2)"]
 # CPU seconds of the calling thread: the bound is on the work a grade does, which wall-clock
