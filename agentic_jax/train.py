@@ -4,8 +4,9 @@ r"""The main job: RL of a tool-using math policy.
         [--config.training.lr=1e-5 ...] [--coordinator_address=H:P --num_processes=P
         --process_id=I]
 
-With no workdir the run goes to ``runs/<timestamp>`` (printed first). Rerunning the same command
-on the same workdir resumes from its newest checkpoint.
+With no workdir the run goes to ``runs/<timestamp>`` (printed first). Rerunning on the same
+workdir resumes from its newest checkpoint with the run's recorded config (``DIR/config.json``;
+``--config.*`` flags still override it; ``--config`` may then be left out).
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
         return 2
-    config = _CONFIG.value
-    if config is None:
+    workdir = _WORKDIR.value or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+    if _CONFIG.value is None and not os.path.exists(os.path.join(workdir, "config.json")):
         print("error: --config is required (e.g. --config=configs/math_ppo.py)", file=sys.stderr)
         return 2
-    workdir = _WORKDIR.value or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
     print(f"workdir: {os.path.abspath(workdir)}", flush=True)
     # Libraries log at WARNING and above; this package's own messages at INFO.
     absl_logging.set_verbosity(absl_logging.WARNING)
@@ -49,8 +49,13 @@ def main(argv: list[str]) -> int:
     try:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)
+        from agentic_jax.rl import rundir
         from agentic_jax.rl.run import train  # after the runtime is initialised
 
+        overrides = (config_flags.get_override_values(flags.FLAGS["config"])
+                     if _CONFIG.value is not None else {})
+        # A rerun on a run directory continues with the run's recorded config (flags on top).
+        config = rundir.with_record(_CONFIG.value, workdir, overrides)
         progress = _PROGRESS.value and bool(config.logging.progress)
         summary = train(config, workdir, progress=progress)
     except _USER_ERRORS as err:

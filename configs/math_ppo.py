@@ -1,12 +1,18 @@
 """PPO on the math curriculum with a Python tool: the default experiment.
 
+    python -m agentic_jax.train --config=configs/math_ppo.py[:variant] [--workdir=DIR]
+
 Variants (the string after ``:``):
-  (none)        the built-in tiny model on CPU; warm start, then PPO; shows the phenomenon.
-  smoke         about a minute on 2 cores; what the tests run.
+  (none)        the built-in tiny model on CPU: a 3,500-step warm start, then 40 PPO steps of
+                32 prompts x 4 samples; about 11 minutes on 2 cores, held-out accuracy with
+                tools 0.48 -> 1.00 and code use 0.45 -> 1.00 (README, Results).
+  smoke         about 30 seconds on 2 cores; what the tests run. Says nothing about learning.
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
-Every value can be overridden from the command line, e.g. ``--config.training.lr=1e-5``.
+Every value can be overridden from the command line, e.g. ``--config.training.lr=1e-5``. Each
+group feeds one typed config of the same field names (`agentic_jax.rl.config`), which checks the
+values and reports a bad one as one line naming the field.
 """
 
 import ml_collections
@@ -16,6 +22,15 @@ _PAPER_PRESETS = ("qwen2.5-1.5b", "qwen2.5-7b")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = arg or "default"
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown config variant {variant!r}; expected one of "
+                         f"{', '.join(repr(v) for v in VARIANTS if v != 'default')} or none")
+    c = _default()
+    VARIANTS[variant](c)
+    return c
+
+
+def _default() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
 
@@ -30,12 +45,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.value_head = True  # the PPO critic on the policy trunk
 
     c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.path = ""  # empty: the built-in tokenizer for tiny models
+    c.tokenizer.path = ""  # empty: model.path's tokenizer, else the built-in one
 
     c.training = ml_collections.ConfigDict()
     c.training.batch_size = 32  # prompts per step
     c.training.lr = 3e-4
-    c.training.end_lr_ratio = 0.1
+    c.training.end_lr_ratio = 0.1  # the cosine decays to lr * end_lr_ratio
     c.training.warmup_steps = 5
     c.training.max_grad_norm = 1.0
     c.training.weight_decay = 0.0
@@ -46,7 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.training.ppo_epochs = 2
     c.training.minibatches = 2
     c.training.micro_batches = 1  # gradient accumulation inside the compiled step
-    c.training.max_skipped_updates = 5
+    c.training.max_skipped_updates = 5  # consecutive non-finite updates before stopping
     c.training.offload_optimizer = False  # optimizer state in pinned host memory (ZeRO-3 offload)
 
     c.environment = ml_collections.ConfigDict()
@@ -56,26 +71,27 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.environment.max_tool_calls = 4
     c.environment.num_workers = 0  # 0: one per CPU
     c.environment.tool_mode = "adaptive"  # adaptive | fixed | forbidden (direct-answer ablation)
-    c.environment.max_output_tokens = 32
+    c.environment.max_output_tokens = 32  # tokens of one rendered tool output (head + tail)
 
     c.rl = ml_collections.ConfigDict()
-    c.rl.algorithm = "ppo"  # ppo | grpo | reinforce_pp
+    c.rl.algorithm = "ppo"  # ppo (GAE, needs model.value_head) | grpo | reinforce_pp
     c.rl.gamma = 1.0
     c.rl.lam = 0.95
     c.rl.group_size = 4  # samples per prompt
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28
     c.rl.dual_clip = 0.0  # 0 disables; else the dual-clip constant c > 1
-    c.rl.value_clip = 0.2
-    c.rl.vf_coef = 0.5
+    c.rl.value_clip = 0.2  # 0: unclipped value loss
+    c.rl.value_coef = 0.5
     c.rl.entropy_coef = 0.0
-    c.rl.kl_coef = 0.0
-    c.rl.kl_estimator = "k3"  # k1 | k3
-    c.rl.kl_in_reward = False
-    c.rl.loss_agg = "token_mean"  # token_mean | sequence_mean
-    c.rl.filter_equal_groups = False
-    c.rl.mask_truncated = False
-    c.rl.mask_void_turns = False
+    c.rl.kl_coef = 0.0  # > 0 keeps a frozen reference policy
+    c.rl.kl_estimator = "k3"  # k1 | k2 | k3
+    c.rl.kl_in_reward = False  # KL folded into the token rewards instead of the loss
+    c.rl.aggregation = "token_mean"  # token_mean | sequence_mean | sequence_sum
+    c.rl.drop_uniform_groups = False  # drop prompt groups whose rewards are all equal
+    c.rl.truncated = "keep"  # keep | mask | drop: episodes cut by training.max_length
+    c.rl.mask_void_turns = False  # no loss for episodes with a turn of neither code nor answer
+    c.rl.reward_check = "grade"  # grade (math equivalence) | verify (the problem's tests too)
     c.rl.format_penalty = 0.0
     c.rl.tool_failure_penalty = 0.0
     c.rl.overlong_penalty = 0.0
@@ -84,7 +100,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
     c.rollout.top_k = 0
-    c.rollout.eval_temperature = 0.0
+    c.rollout.eval_temperature = 0.0  # held-out evaluations (0: greedy)
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "curriculum"  # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
@@ -102,7 +118,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.scheduler_window = 256
 
     c.warmstart = ml_collections.ConfigDict()
-    c.warmstart.enabled = True
+    c.warmstart.enabled = True  # skipped for model.path and checkpoint.init_from
     # The tiny model needs ~3,000 supervised steps before it copies a question's numbers into
     # code; half the examples use the tool, so RL starts from a policy that sometimes does.
     c.warmstart.steps = 3500
@@ -119,33 +135,37 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint.every_steps = 20
     c.checkpoint.keep = 3
     c.checkpoint.async_save = True
-    c.checkpoint.init_from = ""  # a checkpoint directory to start from (skips warm start)
+    c.checkpoint.init_from = ""  # a run or checkpoint directory to start from (no warm start)
 
     c.logging = ml_collections.ConfigDict()
     c.logging.every_steps = 1
     c.logging.tensorboard = True
     c.logging.progress = True
     c.logging.plots = True
+    return c
 
-    if variant == "smoke":
-        c.model.preset = "tiny-0.2m"
-        c.training.batch_size = 4
-        c.training.total_steps = 4
-        c.training.warmup_steps = 1
-        c.training.max_length = 96
-        c.training.ppo_epochs = 1
-        c.training.minibatches = 1
-        c.rl.group_size = 2
-        c.warmstart.steps = 10
-        c.data.eval_size = 8
-        c.checkpoint.every_steps = 2
-        c.logging.plots = False
-    elif variant in _PAPER_PRESETS:
-        c.model.preset = variant
+
+def _smoke(c: ml_collections.ConfigDict) -> None:
+    c.model.preset = "tiny-0.2m"
+    c.training.batch_size = 4
+    c.training.total_steps = 4
+    c.training.warmup_steps = 1
+    c.training.max_length = 96
+    c.training.ppo_epochs = 1
+    c.training.minibatches = 1
+    c.rl.group_size = 2
+    c.warmstart.steps = 10
+    c.data.eval_size = 8
+    c.checkpoint.every_steps = 2
+    c.logging.plots = False
+
+
+def _paper(preset: str):
+    def apply(c: ml_collections.ConfigDict) -> None:
+        c.model.preset = preset
         c.model.dtype = "bfloat16"
         c.model.remat = "full"
         c.model.scan_unroll = 1
-        c.model.attention_impl = "auto"
         c.training.batch_size = 512
         c.training.lr = 3e-5
         c.training.end_lr_ratio = 0.0
@@ -158,13 +178,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.max_difficulty = 1.0
         c.data.template = "chat"
         c.warmstart.enabled = False
-        c.mesh.data = 1
-        c.mesh.fsdp = -1
-        c.mesh.tensor = 1
         c.checkpoint.every_steps = 500
-    elif variant != "default":
-        raise ValueError(
-            f"unknown config variant {variant!r}; expected one of "
-            f"'smoke', {', '.join(repr(p) for p in _PAPER_PRESETS)} or none"
-        )
-    return c
+
+    return apply
+
+
+VARIANTS = {"default": lambda c: None, "smoke": _smoke,
+            **{p: _paper(p) for p in _PAPER_PRESETS}}

@@ -14,31 +14,22 @@ from agentic_jax.rl.filters import (
     mask_episodes,
     nonuniform_group_mask,
 )
+from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate, kl_penalized_rewards
 from agentic_jax.rl.losses import (
     AGGREGATIONS,
-    KL_ESTIMATORS,
     POLICY_LOSSES,
     LossConfig,
     Pooled,
     aggregate,
     entropy_from_logits,
     explained_variance,
-    kl_estimate,
-    kl_penalized_rewards,
     logprobs_and_entropy,
-    logprobs_from_logits,
     loss_terms,
     objective,
 )
 from agentic_jax.rl.optim import current_lr, make_optimizer
-from agentic_jax.rl.step import (
-    TrainBatch,
-    TrainShardings,
-    compute_logprobs,
-    init_opt_state,
-    make_train_step,
-    train_shardings,
-)
+from agentic_jax.rl.shardings import TrainShardings, init_opt_state, train_shardings
+from agentic_jax.rl.step import TrainBatch, compute_logprobs, make_train_step
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -63,7 +54,6 @@ __all__ = [
     "kl_estimate",
     "kl_penalized_rewards",
     "logprobs_and_entropy",
-    "logprobs_from_logits",
     "loss_terms",
     "make_optimizer",
     "make_train_step",

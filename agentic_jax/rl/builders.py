@@ -1,134 +1,263 @@
-"""Turning a training config into the objects a run needs (one place for every config field)."""
+"""Building a run once from its config: the frozen records of components training and
+evaluation use (`Policy`, `Run`), and the initial `TrainState`.
+
+Only `agentic_jax.rl.config.read_config` reads the config; everything here takes its typed
+records. Evaluation builds a `Policy` (model, tokenizer, sampler, sandbox, problems); training
+adds the optimizer, the compiled step and the host-side scheduler and tool controller.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import os
 from typing import Any
 
-import ml_collections
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
 
-from agentic_jax.rl import advantages as adv_lib
-from agentic_jax.rl import filters as filter_lib
+from agentic_jax.data import Problem, prompts
+from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
+from agentic_jax.data.sources import load_source
+from agentic_jax.parallel import (
+    batch_sharding, create_sharded_model, make_mesh, param_shardings, per_host_copy)
+from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
-from agentic_jax.rl.losses import LossConfig
+from agentic_jax.rl.optim import make_optimizer
+from agentic_jax.rl.state import TrainState, root_rng
+from agentic_jax.rl.shardings import TrainShardings, init_opt_state, train_shardings
+from agentic_jax.rl.step import make_train_step
+from agentic_jax.rollout import AgentConfig, AgentLoop, Sampler, ToolController
 
 logger = logging.getLogger(__name__)
 
-ALGORITHMS = {"ppo": "gae", "grpo": "grpo", "reinforce_pp": "reinforce_pp"}
+
+@dataclasses.dataclass(frozen=True)
+class Problems:
+    train: list[Problem]
+    test: list[Problem]
+    stages: list[str]  # every stage name the run can see, sorted (the same on every host)
 
 
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the field and what was expected."""
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What sampling and grading a policy need; evaluation builds only this.
+
+    ``sampler`` holds the weights it samples with (set by `publish`); ``rollout_shardings`` lays
+    out each host's own copy of them when there are several processes (else None).
+    """
+
+    cfg: RunConfig
+    mesh: Mesh
+    tokenizer: Any
+    pad_id: int
+    graphdef: nnx.GraphDef
+    state_shardings: Any
+    sampler: Sampler
+    sandbox: Any
+    agent_cfg: AgentConfig
+    problems: Problems
+    rollout_shardings: Any
+
+    def make_prompt(self, problem: Problem, allow_tools: bool = True) -> list[int]:
+        text = prompts.format_prompt(problem.question, template=self.cfg.data.template,
+                                     tokenizer=self.tokenizer, allow_tools=allow_tools)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
+        return AgentLoop(self.sampler, self.tokenizer, self.sandbox, controller,
+                         cfg or self.agent_cfg)
+
+    def close(self) -> None:
+        self.sandbox.close()
 
 
-def _require(ok: bool, field: str, expected: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{field}: expected {expected}, got {value!r}")
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A training run's components. ``scheduler`` and ``controller`` are the host-side state a
+    checkpoint keeps as JSON; ``row_multiple`` is the global row count batches come in multiples
+    of (batch shards x micro-batches x minibatches), ``local_row_multiple`` this process's."""
+
+    policy: Policy
+    optimizer: optax.GradientTransformation
+    shardings: TrainShardings
+    step_fn: Any
+    experience: ExperienceConfig
+    batch_sharding: NamedSharding
+    row_multiple: int
+    local_row_multiple: int
+    scheduler: CurriculumScheduler
+    controller: ToolController
+
+    @property
+    def cfg(self) -> RunConfig:
+        return self.policy.cfg
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Checks the values the rest of the run relies on, before anything is written."""
-    t, e, r = config.training, config.environment, config.rl
-    for name in ("batch_size", "total_steps", "max_length", "ppo_epochs", "minibatches",
-                 "micro_batches"):
-        _require(int(t[name]) > 0, f"training.{name}", "a positive integer", t[name])
-    _require(t.lr > 0, "training.lr", "a positive number", t.lr)
-    _require(0 <= t.warmup_steps < t.total_steps, "training.warmup_steps",
-             f"an integer in [0, training.total_steps={t.total_steps})", t.warmup_steps)
-    _require(int(t.length_bucket) >= 0, "training.length_bucket",
-             "an integer >= 0 (0: batches keep training.max_length columns)", t.length_bucket)
-    _require(t.max_grad_norm > 0, "training.max_grad_norm", "a positive number", t.max_grad_norm)
-    _require(e.timeout > 0, "environment.timeout", "a positive number of ms", e.timeout)
-    _require(e.memory_limit > 0, "environment.memory_limit", "a positive number of MB",
-             e.memory_limit)
-    _require(e.max_tool_calls >= 0, "environment.max_tool_calls", "an integer >= 0",
-             e.max_tool_calls)
-    _require(r.algorithm in ALGORITHMS, "rl.algorithm", f"one of {sorted(ALGORITHMS)}",
-             r.algorithm)
-    _require(r.group_size >= 1, "rl.group_size", "an integer >= 1", r.group_size)
-    if r.algorithm == "ppo":
-        _require(bool(config.model.value_head), "model.value_head",
-                 "True for rl.algorithm='ppo' (GAE needs the critic)", config.model.value_head)
-    if config.model.path:
-        _require(os.path.isdir(config.model.path), "model.path",
-                 "an existing Hugging Face checkpoint directory", config.model.path)
-    if config.checkpoint.init_from:
-        _require(os.path.isdir(config.checkpoint.init_from), "checkpoint.init_from",
-                 "an existing checkpoint directory", config.checkpoint.init_from)
-    from agentic_jax.data.prompts import TEMPLATES
-
-    _require(config.data.template in TEMPLATES, "data.template", f"one of {TEMPLATES}",
-             config.data.template)
-    _require(int(config.model.scan_unroll) >= 1, "model.scan_unroll", "an integer >= 1",
-             config.model.scan_unroll)
-    _require(0 < config.data.test_fraction < 1, "data.test_fraction", "a value in (0, 1)",
-             config.data.test_fraction)
+def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
+    """The policy's components and its initial model state (preset init or HF weights)."""
+    mesh = make_mesh(*cfg.mesh)
+    tokenizer = _tokenizer(cfg)
+    model = _model(cfg, mesh, len(tokenizer))
+    graphdef, params = nnx.split(model)
+    del model  # the state is passed around from here on
+    problems = _problems(cfg)
+    policy_ = Policy(
+        cfg=cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer), graphdef=graphdef,
+        state_shardings=param_shardings(params, mesh),
+        sampler=Sampler.from_split(graphdef, params, max_len=cfg.training.max_length),
+        sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg), problems=problems,
+        rollout_shardings=(param_shardings(params, make_mesh(1, -1, 1,
+                                                             devices=jax.local_devices()))
+                           if jax.process_count() > 1 else None))
+    try:
+        _check_prompts(policy_)
+    except Exception:
+        policy_.close()
+        raise
+    publish(policy_, params)
+    return policy_, params
 
 
-def loss_config(config: ml_collections.ConfigDict) -> LossConfig:
-    r = config.rl
-    return LossConfig(
-        policy_loss="ppo",
-        clip_low=float(r.clip_low),
-        clip_high=float(r.clip_high),
-        dual_clip=float(r.dual_clip) if r.dual_clip else None,
-        value_coef=float(r.vf_coef) if config.model.value_head else 0.0,
-        value_clip=float(r.value_clip) if r.value_clip else None,
-        entropy_coef=float(r.entropy_coef),
-        kl_coef=0.0 if r.kl_in_reward else float(r.kl_coef),
-        kl_estimator=r.kl_estimator,
-        aggregation=r.loss_agg,
-    )
+def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:
+    """Every component of a training run and its fresh `TrainState` (step 0)."""
+    t, processes = cfg.training, jax.process_count()
+    if t.batch_size % processes:
+        raise ConfigError(f"training.batch_size: expected a multiple of the {processes} "
+                          f"processes (each rolls out whole prompt groups), got {t.batch_size}")
+    policy_, params = build_policy(cfg)
+    mesh = policy_.mesh
+    batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_shards % processes:
+        policy_.close()
+        raise ConfigError(f"mesh: the batch axes (data x fsdp = {batch_shards}) must span the "
+                          f"{processes} processes, so that each feeds its own rows")
+    optimizer = make_optimizer(**t.optimizer_args())
+    shardings = train_shardings(params, optimizer, mesh, policy_.state_shardings,
+                                offload_opt_state=t.offload_optimizer)
+    row_multiple = batch_shards * t.micro_batches * t.minibatches
+    run = Run(
+        policy=policy_, optimizer=optimizer, shardings=shardings,
+        step_fn=make_train_step(policy_.graphdef, optimizer, cfg.loss, mesh, t.micro_batches,
+                                shardings=shardings, compute_dtype=cfg.model.compute_dtype),
+        experience=ExperienceConfig(
+            estimator=cfg.rl.estimator, advantage=cfg.advantage, filters=cfg.filters,
+            kl_coef=cfg.rl.kl_coef, kl_estimator=cfg.rl.kl_estimator,
+            kl_in_reward=cfg.rl.kl_in_reward, row_multiple=row_multiple // processes,
+            length_multiple=t.length_bucket, compute_dtype=cfg.model.compute_dtype),
+        batch_sharding=batch_sharding(mesh, 2), row_multiple=row_multiple,
+        local_row_multiple=row_multiple // processes,
+        scheduler=_scheduler(cfg, policy_.problems.train), controller=_controller(cfg))
+    return run, init_state(run, params)
 
 
-def experience_config(config: ml_collections.ConfigDict, row_multiple: int) -> ExperienceConfig:
-    r = config.rl
-    return ExperienceConfig(
-        estimator=ALGORITHMS[r.algorithm],
-        advantage=adv_lib.AdvantageConfig(gamma=float(r.gamma), lam=float(r.lam)),
-        filters=filter_lib.FilterConfig(
-            drop_uniform_groups=bool(r.filter_equal_groups),
-            truncated="mask" if r.mask_truncated else "keep",
-            mask_void_turns=bool(r.mask_void_turns),
-        ),
-        kl_coef=float(r.kl_coef),
-        kl_estimator=r.kl_estimator,
-        kl_in_reward=bool(r.kl_in_reward),
-        row_multiple=row_multiple,
-        length_multiple=int(config.training.length_bucket),
-        compute_dtype=None if config.model.dtype == config.model.param_dtype else config.model.dtype,
-    )
+def init_state(run: Run, params: nnx.State) -> TrainState:
+    """Step 0: fresh optimizer state and, when KL is penalised, ``params`` as the reference
+    (shared until `with_reference` snapshots the starting policy)."""
+    opt_init = jax.jit(functools.partial(init_opt_state, run.optimizer),
+                       out_shardings=run.shardings.opt_state)
+    return TrainState(params=params, opt_state=opt_init(params),
+                      ref_params=params if run.cfg.rl.needs_reference else None,
+                      step=jnp.zeros((), jnp.int32), rng=root_rng(run.cfg.seed))
 
 
-def sandbox_config(config: ml_collections.ConfigDict):
-    from agentic_jax.sandbox import SandboxConfig
+def publish(policy_: Policy, params: nnx.State) -> None:
+    """Points the sampler at ``params``. On several hosts each gets a copy on its own devices,
+    resharded device to device (every process must call it)."""
+    if policy_.rollout_shardings is not None:
+        params = per_host_copy(params, policy_.rollout_shardings)
+    policy_.sampler.update_params(params)
 
-    e = config.environment
-    return SandboxConfig(timeout_ms=int(e.timeout), memory_mb=int(e.memory_limit),
-                         whitelist=tuple(e.whitelist),
-                         num_workers=int(e.num_workers) or None)
 
-
-def tokenizer(config: ml_collections.ConfigDict):
+def _tokenizer(cfg: RunConfig):
     from agentic_jax.data.tokenizer import builtin_tokenizer, load_tokenizer
 
-    path = config.tokenizer.path or config.model.path
-    return load_tokenizer(path) if path else builtin_tokenizer()
+    return load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else builtin_tokenizer()
 
 
-def model_config(config: ml_collections.ConfigDict, vocab_size: int):
-    """The ModelConfig of a preset run (HF checkpoints bring their own)."""
-    from agentic_jax.models import PRESETS, get_preset
+def _model(cfg: RunConfig, mesh: Mesh, vocab_size: int):
+    m = cfg.model
+    if m.path:
+        from agentic_jax.models import from_pretrained
 
-    m = config.model
-    _require(m.preset in PRESETS, "model.preset", f"one of {sorted(PRESETS)}", m.preset)
-    cfg = get_preset(m.preset)
+        return from_pretrained(m.path, dtype=m.dtype, param_dtype=m.param_dtype, mesh=mesh,
+                               value_head=m.value_head, remat=m.remat,
+                               attention_impl=m.attention_impl, scan_unroll=m.scan_unroll)
+    from agentic_jax.models import get_preset
+
+    preset = get_preset(m.preset)
     if m.preset.startswith("tiny"):
-        cfg = dataclasses.replace(cfg, vocab_size=vocab_size)
-    return dataclasses.replace(
-        cfg, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-        attention_impl=m.attention_impl, value_head=bool(m.value_head),
-        scan_unroll=int(m.scan_unroll),
-        max_seq_len=max(cfg.max_seq_len, int(config.training.max_length)))
+        preset = dataclasses.replace(preset, vocab_size=vocab_size)
+    model_cfg = dataclasses.replace(
+        preset, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
+        attention_impl=m.attention_impl, value_head=m.value_head, scan_unroll=m.scan_unroll,
+        max_seq_len=max(preset.max_seq_len, cfg.training.max_length))
+    return create_sharded_model(model_cfg, mesh, seed=cfg.seed)
+
+
+def _problems(cfg: RunConfig) -> Problems:
+    d = cfg.data
+    if d.source == "curriculum":
+        def pick(split: str) -> list[Problem]:
+            problems = load_source("curriculum", split=split, seed=cfg.seed,
+                                   test_fraction=d.test_fraction)
+            return [p for p in problems
+                    if p.stage in d.stages and p.difficulty <= d.max_difficulty
+                    and (not d.kinds or p.kind in d.kinds)]
+        train, test = pick("train"), pick("test")
+    else:
+        train = load_source(d.source, split="train", seed=cfg.seed)
+        test = load_source(d.source, split="test", seed=cfg.seed)
+    if not train:
+        raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
+                          f"data.stages={d.stages}")
+    test = test[:d.eval_size] if test else train[:d.eval_size]
+    return Problems(train, test, sorted({p.stage for p in train + test}))
+
+
+def _check_prompts(policy_: Policy) -> None:
+    """Every host checks every prompt the run can draw, so a bad one stops them all here."""
+    p = policy_.problems
+    longest = max(len(policy_.make_prompt(x)) for x in p.train + p.test)
+    max_length = policy_.cfg.training.max_length
+    if longest >= max_length:
+        raise ConfigError(f"training.max_length: expected more than the longest prompt "
+                          f"({longest} tokens), got {max_length}")
+
+
+def _sandbox(cfg: RunConfig):
+    from agentic_jax.sandbox import Sandbox, SandboxConfig
+
+    e = cfg.environment
+    return Sandbox(SandboxConfig(timeout_ms=e.timeout, memory_mb=e.memory_limit,
+                                 whitelist=e.whitelist, num_workers=e.num_workers or None))
+
+
+def _agent_config(cfg: RunConfig) -> AgentConfig:
+    return AgentConfig(max_length=cfg.training.max_length,
+                       max_output_tokens=cfg.environment.max_output_tokens,
+                       sampling=cfg.sampling)
+
+
+def _scheduler(cfg: RunConfig, train: list[Problem]) -> CurriculumScheduler:
+    d = cfg.data
+    return CurriculumScheduler(
+        train, SchedulerConfig(threshold=d.scheduler_threshold, window=d.scheduler_window,
+                               min_samples=min(64, d.scheduler_window), stages=d.stages),
+        seed=cfg.seed)
+
+
+def _controller(cfg: RunConfig) -> ToolController:
+    e = cfg.environment
+    return ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
+                          mode=e.tool_mode)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for tok in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tok is not None:
+            return int(tok)
+    return 0

@@ -1,123 +1,87 @@
-"""Evaluation of a policy on a problem set: accuracy with and without tools, pass@k, code use,
-tool calls and response length, overall and per stage."""
+"""Evaluation of the published policy on a problem set: accuracy with and without tools,
+pass@k, code use, tool calls and response length, overall and per stage."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import jax
-import numpy as np
 
-from agentic_jax.reward import grade_batch
-from agentic_jax.rollout import AgentConfig, AgentLoop, Episode, SamplingParams, ToolController
+from agentic_jax.data import Problem
+from agentic_jax.parallel import gather_rows, process_slice
+from agentic_jax.reward import RewardConfig
+from agentic_jax.rl.builders import Policy
+from agentic_jax.rl.metrics import episode_table, pass_rates, summarize
+from agentic_jax.rl.rollouts import grade, row_specs
+from agentic_jax.rollout import Episode, SamplingParams, ToolController
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
+    """batch_size: episodes per agent call on this host (a fixed shape: one compilation).
+    temperature: 0 is greedy; with num_samples > 1 a temperature of 0 samples at 1.0.
+    num_samples: k for pass@k."""
+
     batch_size: int = 32
     temperature: float = 0.0
-    num_samples: int = 1         # k for pass@k (sampled at `temperature`, or 1.0 when greedy)
-    max_tool_calls: int = 4
-    timeout_ms: int = 500
+    num_samples: int = 1
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.num_samples < 1:
+            raise ValueError(f"batch_size and num_samples: expected integers >= 1, got "
+                             f"{self.batch_size}, {self.num_samples}")
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n - c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+def eval_config(policy: Policy, num_samples: int = 1) -> EvalConfig:
+    """The run's evaluation settings: one training step's episodes per agent call."""
+    cfg = policy.cfg
+    return EvalConfig(
+        batch_size=max(1, cfg.training.batch_size * cfg.rl.group_size // jax.process_count()),
+        temperature=cfg.eval_temperature, num_samples=num_samples)
 
 
-def evaluate(
-    problems: Sequence[Any],
-    *,
-    agent_factory: Callable[[ToolController, AgentConfig], AgentLoop],
-    make_prompt: Callable[[Any, bool], list[int]],
-    agent_cfg: AgentConfig,
-    cfg: EvalConfig,
-    tools: bool,
-    seed: int = 0,
-    stages: Sequence[str] | None = None,
-    gather: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
-    job_offset: int = 0,
-    job_total: int | None = None,
-) -> dict[str, float]:
-    """Runs every problem ``cfg.num_samples`` times and aggregates.
+def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools: bool,
+             cfg: EvalConfig | None = None) -> dict[str, float]:
+    """Runs every problem ``cfg.num_samples`` times with the published policy and aggregates.
 
-    Args:
-      agent_factory: builds an AgentLoop for a controller and loop config (shares the sampler).
-      make_prompt: (problem, tools_allowed) -> prompt tokens.
-      tools: False is the direct-answer setting (tools forbidden, prompt without the tool format).
-      stages: the stage names per-stage accuracy is reported under (default: the problems').
-      gather: on several hosts, each evaluates its share of the problems and ``gather``
-        (`agentic_jax.parallel.gather_rows`) joins the per-episode results before aggregation.
-      job_offset / job_total: where this share's episodes sit among all hosts' (episode j draws
-        with key j of one split, so sampled evaluations do not depend on the split or chunks).
+    tools: False is the direct-answer setting (tools forbidden, prompt without the tool
+    format). On several hosts each evaluates its share of the problems and the per-episode
+    rows are gathered before aggregation. Episode j of the whole set draws with key j of one
+    split, so sampled results do not depend on the host split or the chunking.
     """
-    mode = "fixed" if tools else "forbidden"
-    controller = ToolController(max_tool_calls=cfg.max_tool_calls, timeout_ms=cfg.timeout_ms,
-                                mode=mode)
-    k = max(1, cfg.num_samples)
-    temperature = cfg.temperature if k == 1 else (cfg.temperature or 1.0)
-    loop_cfg = dataclasses.replace(agent_cfg, sampling=SamplingParams(temperature=temperature))
-    agent = agent_factory(controller, loop_cfg)
-    jobs = [p for p in problems for _ in range(k)]
-    episodes: list[Episode] = []
-    rng = jax.random.key(seed)
-    # Room after the last episode for the padding rows of a final, partial chunk.
-    total = (len(jobs) if job_total is None else job_total) + cfg.batch_size
-    for start in range(0, len(jobs), cfg.batch_size):
-        chunk = list(jobs[start:start + cfg.batch_size])
-        pad = cfg.batch_size - len(chunk)
-        chunk_padded = chunk + [chunk[-1]] * pad  # fixed batch shape: one compilation
-        eps, _ = agent.run([make_prompt(p, tools) for p in chunk_padded], rng,
-                           difficulties=[p.difficulty for p in chunk_padded],
-                           stages=[p.stage for p in chunk_padded],
-                           row_offset=job_offset + start, total_rows=total)
-        episodes.extend(eps[:len(chunk)])
-    stages = sorted({p.stage for p in problems}) if stages is None else list(stages)
-    table = eval_table(jobs, episodes, stages)
-    if gather is not None:
-        table = gather(table)
-    return summarize_table(table, stages, k)
-
-
-def eval_table(jobs: Sequence[Any], episodes: Sequence[Episode],
-               stages: Sequence[str]) -> dict[str, np.ndarray]:
-    """Grades the episodes (``jobs[i]`` is the problem of ``episodes[i]``): one row each."""
-    infos = grade_batch([e.text for e in episodes], [p.answer for p in jobs])
-    index = {s: i for i, s in enumerate(stages)}
-    return {
-        "correct": np.asarray([i.correct for i in infos], np.float32),
-        "calls": np.asarray([e.num_tool_calls for e in episodes], np.float32),
-        "fails": np.asarray([e.num_tool_failures for e in episodes], np.float32),
-        "response_length": np.asarray([len(e.response_tokens) for e in episodes], np.float32),
-        "stage": np.asarray([index.get(p.stage, -1) for p in jobs], np.int32),
-    }
-
-
-def summarize_table(table: dict[str, np.ndarray], stages: Sequence[str],
-                    k: int) -> dict[str, float]:
-    """Aggregate metrics of an `eval_table` whose rows come in groups of ``k`` per problem."""
-    correct, calls = table["correct"] > 0, table["calls"]
-    n = len(correct)
-    out = {
-        "accuracy": float(correct.mean()) if n else 0.0,
-        "code_use_rate": float((calls > 0).mean()) if n else 0.0,
-        "tool_calls": float(calls.mean()) if n else 0.0,
-        "exec_success_rate": (float(1.0 - table["fails"].sum() / calls.sum())
-                              if calls.sum() else 0.0),
-        "response_length": float(table["response_length"].mean()) if n else 0.0,
-        "num_problems": float(n // k),
-    }
-    for i in sorted(set(table["stage"].tolist())):
-        name = stages[i] if 0 <= i < len(stages) else "other"
-        out[f"accuracy/{name}"] = float(correct[table["stage"] == i].mean())
-    if k > 1 and n:
-        per_problem = correct.reshape(-1, k).sum(axis=1)
-        for kk in sorted({1, k}):
-            out[f"pass@{kk}"] = float(np.mean([pass_at_k(k, int(c), kk) for c in per_problem]))
+    problems = list(policy.problems.test if problems is None else problems)
+    cfg = cfg or eval_config(policy)
+    k = cfg.num_samples
+    share = process_slice(len(problems))
+    jobs = [p for p in problems[share] for _ in range(k)]
+    episodes = _rollout(policy, jobs, tools, cfg, job_offset=share.start * k,
+                        job_total=len(problems) * k)
+    grade(episodes, jobs, RewardConfig(use_verification=policy.cfg.reward.use_verification))
+    table = gather_rows(episode_table(episodes, policy.problems.stages))
+    out = summarize(table, policy.problems.stages, per_stage=True)
+    out["num_problems"] = float(len(table["correct"]) // k)
+    if k > 1 and len(table["correct"]):
+        out.update(pass_rates(table["correct"], k))
     return out
 
+
+def _rollout(policy: Policy, jobs: list[Problem], tools: bool, cfg: EvalConfig, *,
+             job_offset: int, job_total: int) -> list[Episode]:
+    e = policy.cfg.environment
+    controller = ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
+                                mode="fixed" if tools else "forbidden")
+    temperature = cfg.temperature if cfg.num_samples == 1 else (cfg.temperature or 1.0)
+    agent = policy.agent(controller, dataclasses.replace(
+        policy.agent_cfg, sampling=SamplingParams(temperature=temperature)))
+    rng = jax.random.key(policy.cfg.seed)
+    # Room after the last episode for the padding rows of a final, partial chunk.
+    total = job_total + cfg.batch_size
+    episodes: list[Episode] = []
+    for start in range(0, len(jobs), cfg.batch_size):
+        chunk = jobs[start:start + cfg.batch_size]
+        padded = chunk + [chunk[-1]] * (cfg.batch_size - len(chunk))  # one compiled shape
+        result = agent.run(row_specs(policy, padded, allow_tools=tools), rng,
+                           row_offset=job_offset + start, total_rows=total)
+        episodes.extend(result.episodes[:len(chunk)])
+    return episodes

@@ -14,7 +14,7 @@ from flax import nnx
 from agentic_jax.parallel.distributed import gather_rows, host_max, put_rows
 from agentic_jax.rl import advantages as adv_lib
 from agentic_jax.rl import filters as filter_lib
-from agentic_jax.rl import losses
+from agentic_jax.rl.kl import kl_estimate
 from agentic_jax.rl.step import TrainBatch, compute_logprobs
 from agentic_jax.rollout import RolloutBatch
 
@@ -52,6 +52,41 @@ def make_train_batch(
     Old log-probs and values are recomputed by the trainer's own forward pass (so the PPO ratio
     starts at exactly 1); the sampler's log-probs ride along to measure the mismatch.
     """
+    selected, stats = _select_rows(rollout, cfg)
+    if selected is None:
+        return None, stats
+    rows, group_ids, loss_mask = selected
+
+    def put(x):
+        return jnp.asarray(x) if batch_sharding is None else put_rows(x, batch_sharding)
+
+    tokens, positions = put(rows.tokens), put(rows.positions)
+    old_logprobs, values, _ = compute_logprobs(graphdef, state, tokens, positions,
+                                               compute_dtype=cfg.compute_dtype)
+    ref_logprobs = None
+    if ref_state is not None and cfg.kl_coef > 0:
+        ref_logprobs, _, _ = compute_logprobs(graphdef, ref_state, tokens, positions,
+                                              compute_dtype=cfg.compute_dtype)
+    mask = put(loss_mask)
+    token_rewards = None
+    if ref_logprobs is not None and cfg.kl_in_reward:
+        kl = kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator)
+        token_rewards = -cfg.kl_coef * kl * mask
+    estimator = adv_lib.get_advantage_estimator(cfg.estimator)
+    advantages, returns = estimator(
+        put(rows.rewards), mask, cfg.advantage, values=values,
+        group_ids=put(group_ids), token_rewards=token_rewards)
+    batch = TrainBatch(
+        tokens=tokens, positions=positions, loss_mask=mask, old_logprobs=old_logprobs,
+        advantages=advantages, returns=returns, old_values=values,
+        ref_logprobs=None if cfg.kl_in_reward else ref_logprobs,
+        sampler_logprobs=put(rows.sampler_logprobs))
+    return batch, stats
+
+
+def _select_rows(rollout: RolloutBatch, cfg: ExperienceConfig):
+    """The filters' rows, padded to a row count and cut to a width every host agrees on ->
+    ((rows, group_ids, loss_mask) or None when no row is kept, kept/trained fractions)."""
     keep, train = filter_lib.episode_filter(
         cfg.filters, rollout.rewards, rollout.group_ids, rollout.truncated, rollout.void_turn)
     idx, real = filter_lib.kept_indices(keep, cfg.row_multiple)
@@ -68,33 +103,7 @@ def make_train_batch(
     # Padding rows get groups of their own: repeats must not weigh in a group's statistics.
     group_ids = rows.group_ids.copy()
     group_ids[~real] = -1 - np.arange(int((~real).sum()))
-    loss_mask = filter_lib.mask_episodes(rows.loss_mask, train[idx] & real)
-
-    def put(x):
-        return jnp.asarray(x) if batch_sharding is None else put_rows(x, batch_sharding)
-
-    tokens, positions = put(rows.tokens), put(rows.positions)
-    old_logprobs, values, _ = compute_logprobs(graphdef, state, tokens, positions,
-                                               compute_dtype=cfg.compute_dtype)
-    ref_logprobs = None
-    if ref_state is not None and cfg.kl_coef > 0:
-        ref_logprobs, _, _ = compute_logprobs(graphdef, ref_state, tokens, positions,
-                                              compute_dtype=cfg.compute_dtype)
-    mask = put(loss_mask)
-    token_rewards = None
-    if ref_logprobs is not None and cfg.kl_in_reward:
-        kl = losses.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator)
-        token_rewards = -cfg.kl_coef * kl * mask
-    estimator = adv_lib.get_advantage_estimator(cfg.estimator)
-    advantages, returns = estimator(
-        put(rows.rewards), mask, cfg.advantage, values=values,
-        group_ids=put(group_ids), token_rewards=token_rewards)
-    batch = TrainBatch(
-        tokens=tokens, positions=positions, loss_mask=mask, old_logprobs=old_logprobs,
-        advantages=advantages, returns=returns, old_values=values,
-        ref_logprobs=None if cfg.kl_in_reward else ref_logprobs,
-        sampler_logprobs=put(rows.sampler_logprobs))
-    return batch, stats
+    return (rows, group_ids, filter_lib.mask_episodes(rows.loss_mask, train[idx] & real)), stats
 
 
 def _pad_rows(idx: np.ndarray, real: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

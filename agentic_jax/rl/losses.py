@@ -1,4 +1,5 @@
-"""Policy-gradient losses, KL estimators and their aggregation, as pure functions over [B, T].
+"""Policy-gradient and value losses and their aggregation, as pure functions over [B, T]
+(the KL estimators are in `agentic_jax.rl.kl`).
 
 Conventions. Index t of every [B, T] array refers to token t chosen from the prefix < t:
 logprobs[:, t] = log pi(tokens[:, t] | tokens[:, :t]) and values[:, t] = V(tokens[:, :t]).
@@ -20,6 +21,8 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+
+from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate
 
 Array = jax.Array
 
@@ -118,11 +121,6 @@ def aggregate(per_token: Array, loss_mask: Array, mode: str) -> Pooled:
 # ---------------------------------------------------------------------------- per-token terms
 
 
-def logprobs_from_logits(logits: Array, targets: Array) -> Array:
-    """log softmax(logits)[target]: [B, T, V], [B, T] -> [B, T] (float32)."""
-    return logprobs_and_entropy(logits, targets)[0]
-
-
 def entropy_from_logits(logits: Array) -> Array:
     """H = -sum_v p_v log p_v, p = softmax(logits): [B, T, V] -> [B, T] (float32)."""
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
@@ -199,53 +197,6 @@ def value_loss(
         return 0.5 * err
     v_clipped = old_values + jnp.clip(values - old_values, -clip, clip)
     return 0.5 * jnp.maximum(err, jnp.square(v_clipped - returns))
-
-
-def _kl_k1(logprobs: Array, ref_logprobs: Array) -> Array:
-    return logprobs - ref_logprobs
-
-
-def _kl_k2(logprobs: Array, ref_logprobs: Array) -> Array:
-    return 0.5 * jnp.square(logprobs - ref_logprobs)
-
-
-def _kl_k3(logprobs: Array, ref_logprobs: Array) -> Array:
-    log_ratio = ref_logprobs - logprobs
-    return jnp.expm1(log_ratio) - log_ratio
-
-
-KL_ESTIMATORS: dict[str, Callable[[Array, Array], Array]] = {
-    "k1": _kl_k1,
-    "k2": _kl_k2,
-    "k3": _kl_k3,
-}
-
-
-def kl_estimate(logprobs: Array, ref_logprobs: Array, estimator: str = "k3") -> Array:
-    """Per-token estimate of KL(pi || pi_ref) at tokens sampled from pi. [B, T].
-
-    With log r = logp_ref - logp (Schulman, "Approximating KL divergence"):
-      k1 = -log r           unbiased, high variance, can be negative
-      k2 = (log r)^2 / 2    biased, low variance
-      k3 = (r - 1) - log r  unbiased, >= 0
-    """
-    try:
-        fn = KL_ESTIMATORS[estimator]
-    except KeyError:
-        raise ValueError(f"kl_estimator: expected one of {sorted(KL_ESTIMATORS)}") from None
-    return fn(logprobs.astype(jnp.float32), ref_logprobs.astype(jnp.float32))
-
-
-def kl_penalized_rewards(
-    logprobs: Array, ref_logprobs: Array, loss_mask: Array, kl_coef: float, estimator: str = "k1"
-) -> Array:
-    """Token rewards for KL in the reward: -kl_coef * KL_t on model tokens, 0 elsewhere. [B, T].
-
-    Pass the result as `token_rewards` to an advantage estimator (the outcome reward is added on
-    the last model token there).
-    """
-    chex.assert_equal_shape([logprobs, ref_logprobs, loss_mask])
-    return -kl_coef * kl_estimate(logprobs, ref_logprobs, estimator) * loss_mask
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -329,7 +280,7 @@ def loss_terms(
     terms = {
         "policy_loss": as_loss(policy.loss),
         "entropy": as_loss(entropy),
-        "approx_kl": as_metric(_kl_k3(old_logprobs, logprobs)),
+        "approx_kl": as_metric(kl_estimate(old_logprobs, logprobs, "k3")),
         "clip_frac": as_metric(policy.clipped),
         "logprob_mismatch": as_metric(jnp.abs(jax.lax.stop_gradient(logprobs) - sampled)),
     }

@@ -1,9 +1,17 @@
-"""A whole training run: resume or warm start, RL steps with metrics and checkpoints, final
-held-out evaluation with and without tools, plots and a summary."""
+"""A whole training run, top to bottom:
+
+    read and check the config -> build the run once -> resume, or start (warm start or
+    init_from, evaluate the starting policy, freeze the KL reference, checkpoint step 0) ->
+    RL steps: COLLECT (rollout + tools + reward) -> UPDATE (PPO epochs) -> PUBLISH (new weights
+    to the sampler) -> metrics, checkpoint -> final evaluation, summary and plots.
+
+The `TrainState` is passed in and returned by every phase; the run directory holds
+``config.json``, ``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``initial_eval.json``
+and, at the end, ``summary.json`` and ``curves.png``.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -11,45 +19,174 @@ import jax
 import ml_collections
 from tqdm.auto import tqdm
 
-from agentic_jax.parallel.distributed import agree, is_main_process
-from agentic_jax.rl.trainer import Trainer
-from agentic_jax.rl.warmstart import run_warm_start
-from agentic_jax.utils import MetricsWriter, read_metrics
+from agentic_jax.parallel import agree, is_main_process
+from agentic_jax.rl import rundir
+from agentic_jax.rl import state as state_lib
+from agentic_jax.rl.builders import Run, build_run, publish
+from agentic_jax.rl.config import read_config
+from agentic_jax.rl.evaluation import evaluate
+from agentic_jax.rl.metrics import summarize
+from agentic_jax.rl.rollouts import collect
+from agentic_jax.rl.state import HostState, TrainState
+from agentic_jax.rl.update import update
+from agentic_jax.rl.warmstart import warm_start
+from agentic_jax.utils import Checkpointer, MetricsWriter, read_json, read_metrics, write_json
+from agentic_jax.utils.timing import PhaseTimer
 
 INITIAL_EVAL = "initial_eval.json"
 SUMMARY = "summary.json"
 SUMMARY_KEYS = ("reward", "accuracy", "code_use_rate", "tool_calls", "response_length", "kl")
 
 
-def _write_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True) -> dict:
+    """Runs (or resumes) training in ``workdir``; returns the summary (also in summary.json).
+
+    Every config value is checked before anything is written; resuming checkpoints of another
+    model or tokenizer is refused (`rundir.check_same_model`).
+    """
+    cfg = read_config(config)
+    rundir.check_same_model(config, workdir)
+    run, state = build_run(cfg)
+    checkpointer = None
+    try:
+        num_params = sum(x.size for x in jax.tree.leaves(state.params))
+        if is_main_process():
+            os.makedirs(workdir, exist_ok=True)
+            rundir.record_config(workdir, config, num_params)
+        c = cfg.checkpoint
+        checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
+                                    every_steps=c.every_steps, keep=c.keep,
+                                    async_save=c.async_save)
+        state, info = _resume_or_start(run, state, checkpointer, workdir, progress)
+        state = _train_loop(run, state, checkpointer, workdir, num_params, progress)
+        return _finish(run, workdir, info, num_params, state.step_int)
+    finally:
+        if checkpointer is not None:
+            checkpointer.close()
+        run.policy.close()
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def host_state(run: Run) -> HostState:
+    return HostState(scheduler=run.scheduler.state_dict(), controller=run.controller.state_dict())
 
 
-def _evaluate_both(trainer: Trainer) -> dict[str, dict[str, float]]:
-    return {"tools": trainer.evaluate(tools=True), "direct": trainer.evaluate(tools=False)}
+def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
+                     progress: bool) -> tuple[TrainState, dict]:
+    restored = state_lib.restore(checkpointer, state, run.shardings)
+    init_path = os.path.join(workdir, INITIAL_EVAL)
+    if restored is not None:
+        state, host = restored
+        run.scheduler.load_state_dict(host.scheduler)
+        run.controller.load_state_dict(host.controller)
+        publish(run.policy, state.params)
+        _say(f"resuming from step {state.step_int} ({checkpointer.directory})")
+        # Process 0 decides (a file may show up on one host's view of the disk before another's).
+        if agree(os.path.exists(init_path)):
+            return state, read_json(init_path)
+    state, info = _start(run, state, progress)
+    state_lib.save(checkpointer, state, host_state(run), force=True)
+    if is_main_process():
+        write_json(init_path, info)
+    return state, info
 
 
-def _start(trainer: Trainer, config: ml_collections.ConfigDict, progress: bool) -> dict:
-    """A fresh run: warm start (unless a checkpoint or pretrained model is given), the
-    evaluation of the starting policy, and the step-0 checkpoint."""
-    info: dict[str, Any] = {}
-    if config.checkpoint.init_from:
-        trainer.init_from(config.checkpoint.init_from)
-        info["init_from"] = config.checkpoint.init_from
-    elif config.warmstart.enabled and not config.model.path:
-        info.update(run_warm_start(trainer, progress=progress))
-    info["initial"] = _evaluate_both(trainer)
-    trainer.freeze_reference()
-    trainer.save(force=True)
-    return info
+def _start(run: Run, state: TrainState, progress: bool) -> tuple[TrainState, dict]:
+    """A fresh run's starting policy: another run's weights (checkpoint.init_from), a warm
+    start, or the model as built; evaluated, then frozen as the KL reference."""
+    cfg, info = run.cfg, {}
+    params = state.params
+    if cfg.checkpoint.init_from:
+        params, _ = state_lib.restore_params(cfg.checkpoint.init_from, state.params,
+                                             run.shardings.state)
+        info["init_from"] = cfg.checkpoint.init_from
+    elif cfg.warmstart.enabled and not cfg.model.path:
+        params, metrics = warm_start(run, params, progress=progress)
+        info.update(metrics)
+    elif cfg.warmstart.enabled:
+        _say("warm start skipped: model.path is a pretrained model (warmstart.enabled applies "
+             "to models trained from scratch)")
+    publish(run.policy, params)
+    info["initial"] = evaluate_both(run)
+    return state_lib.with_reference(state.replace(params=params), cfg.rl.needs_reference), info
+
+
+def evaluate_both(run: Run) -> dict[str, dict[str, float]]:
+    return {"tools": evaluate(run.policy, tools=True),
+            "direct": evaluate(run.policy, tools=False)}
+
+
+def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
+                num_params: int, progress: bool) -> TrainState:
+    cfg = run.cfg
+    total = cfg.training.total_steps
+    writer = MetricsWriter(workdir, enabled=is_main_process(),
+                           tensorboard=cfg.logging.tensorboard, resume_step=state.step_int)
+    bar = tqdm(total=total, initial=state.step_int, desc="rl", disable=not progress)
+    skipped = 0
+    with writer:
+        while state.step_int < total:
+            step = state.step_int + 1
+            state, metrics, skipped = rl_step(run, state, step, skipped)
+            metrics["num_params"] = num_params
+            if step % cfg.logging.every_steps == 0 or step == total:
+                writer.write(step, metrics)
+                _say(_summary_line(step, metrics), bar if progress else None)
+            state_lib.save(checkpointer, state, host_state(run))
+            bar.update(1)
+    bar.close()
+    state_lib.save(checkpointer, state, host_state(run), force=True)
+    checkpointer.wait()
+    return state
+
+
+def rl_step(run: Run, state: TrainState, step: int,
+            skipped: int = 0) -> tuple[TrainState, dict[str, Any], int]:
+    """One RL step -> (state with step = ``step``, the step's metrics, non-finite updates in a
+    row)."""
+    timer = PhaseTimer()
+    with timer("collect"):
+        experience = collect(run, state.step_key(step))
+    with timer("update"):
+        result = update(run, state, experience.episodes, step, skipped_in_a_row=skipped)
+    with timer("publish"):
+        publish(run.policy, result.state.params)
+    metrics = summarize(experience.table, run.policy.problems.stages)
+    metrics.update(result.metrics)
+    metrics["kl"] = result.metrics.get("kl_ref", result.metrics.get("approx_kl", 0.0))
+    tokens = float(experience.table["sequence_length"].sum())
+    t = experience.timing
+    metrics.update(
+        tokens_per_sec=tokens / max(timer.total, 1e-9), time_rollout_s=timer["collect"],
+        time_tools_s=t.get("tool_wait_s", 0.0), time_reward_s=t.get("reward_s", 0.0),
+        time_update_s=timer["update"] + timer["publish"],
+        accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0),
+        stage=run.scheduler.current_stage)
+    metrics.update(run.controller.metrics())
+    return result.state.replace(step=state.step + 1), metrics, result.skipped_in_a_row
+
+
+def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int) -> dict:
+    final = evaluate_both(run)
+    records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    initial = info["initial"]
+    summary = {
+        "num_params": int(num_params),
+        "steps": steps,
+        "initial": initial,
+        "final": final,
+        "accuracy_gain_tools": final["tools"]["accuracy"] - initial["tools"]["accuracy"],
+        "code_use_rate_start": initial["tools"]["code_use_rate"],
+        "code_use_rate_end": final["tools"]["code_use_rate"],
+        "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
+    }
+    if is_main_process():
+        write_json(os.path.join(workdir, SUMMARY), summary)
+        if run.cfg.logging.plots and records:
+            from agentic_jax.scaling import plot_run_curves
+
+            plot_run_curves({os.path.basename(workdir.rstrip("/")): records},
+                            os.path.join(workdir, "curves.png"))
+    return summary
 
 
 def _say(line: str, bar: Any = None) -> None:
@@ -66,72 +203,3 @@ def _summary_line(step: int, m: dict[str, Any]) -> str:
         if k in m and isinstance(m[k], (int, float)):
             parts.append(f"{k} {m[k]:.3f}")
     return " | ".join(parts)
-
-
-def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True) -> dict:
-    """Runs (or resumes) training in ``workdir``; returns the summary (also in summary.json)."""
-    main = is_main_process()
-    trainer = Trainer(config, workdir)  # validates everything before writing anything
-    config_path = os.path.join(workdir, "config.json")
-    try:
-        num_params = sum(x.size for x in jax.tree.leaves(trainer.state))
-        if main and not os.path.exists(config_path):
-            _write_json(config_path, {"config": json.loads(config.to_json_best_effort()),
-                                      "num_params": int(num_params)})
-        resumed = trainer.restore()
-        if resumed:
-            _say(f"resuming from step {trainer.step} ({trainer.checkpointer.directory})")
-        init_path = os.path.join(workdir, INITIAL_EVAL)
-        # Process 0 decides (a file may show up on one host's view of the disk before another's).
-        if resumed and agree(os.path.exists(init_path)):
-            info = _read_json(init_path)
-        else:
-            info = _start(trainer, config, progress)
-            if main:
-                _write_json(init_path, info)
-        writer = MetricsWriter(workdir, enabled=main, tensorboard=config.logging.tensorboard,
-                               resume_step=trainer.step)
-        total = config.training.total_steps
-        bar = tqdm(total=total, initial=trainer.step, desc="rl", disable=not progress)
-        with writer:
-            while trainer.step < total:
-                step = trainer.step + 1
-                metrics = trainer.train_step(step)
-                trainer.step = step
-                metrics["num_params"] = num_params
-                if step % config.logging.every_steps == 0 or step == total:
-                    writer.write(step, metrics)
-                    _say(_summary_line(step, metrics), bar if progress else None)
-                trainer.save()
-                bar.update(1)
-        bar.close()
-        trainer.save(force=True)
-        trainer.checkpointer.wait()
-        summary = _finish(trainer, config, workdir, info, num_params)
-    finally:
-        trainer.close()
-    return summary
-
-
-def _finish(trainer: Trainer, config, workdir: str, info: dict, num_params: int) -> dict:
-    final = _evaluate_both(trainer)
-    records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    initial = info["initial"]
-    summary = {
-        "num_params": int(num_params),
-        "steps": trainer.step,
-        "initial": initial,
-        "final": final,
-        "accuracy_gain_tools": final["tools"]["accuracy"] - initial["tools"]["accuracy"],
-        "code_use_rate_start": initial["tools"]["code_use_rate"],
-        "code_use_rate_end": final["tools"]["code_use_rate"],
-        "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
-    }
-    if is_main_process():
-        _write_json(os.path.join(workdir, SUMMARY), summary)
-        if config.logging.plots and records:
-            from agentic_jax.scaling import plot_run_curves
-
-            plot_run_curves({os.path.basename(workdir.rstrip("/")): records},
-                            os.path.join(workdir, "curves.png"))
-    return summary

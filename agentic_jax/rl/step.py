@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import chex
 import jax
@@ -24,9 +24,10 @@ from jax.sharding import PartitionSpec as P
 
 from agentic_jax.rl import losses
 from agentic_jax.rl.optim import current_lr
+from agentic_jax.rl.shardings import (
+    BATCH_AXES, TrainShardings, in_device_memory, params_and_rest)
 
 Array = jax.Array
-BATCH_AXES = ("data", "fsdp")
 
 
 @struct.dataclass
@@ -60,66 +61,6 @@ def as_train_batch(batch: TrainBatch | dict[str, Array]) -> TrainBatch:
     if unknown:
         raise ValueError(f"train batch: unknown fields {sorted(unknown)}")
     return TrainBatch(**batch)
-
-
-class TrainShardings(NamedTuple):
-    state: Any  # pytree of NamedSharding matching the model state
-    opt_state: Any  # pytree of NamedSharding matching the optimizer state
-    batch: NamedSharding  # applied to every batch field
-
-
-def _params_and_rest(state: nnx.State) -> tuple[nnx.State, nnx.State]:
-    return nnx.split_state(state, nnx.Param, ...)
-
-
-def init_opt_state(optimizer: optax.GradientTransformation, state: nnx.State):
-    """The optimizer state for the trainable (nnx.Param) part of a model state."""
-    return optimizer.init(_params_and_rest(state)[0])
-
-
-def train_shardings(
-    state: nnx.State,
-    optimizer: optax.GradientTransformation,
-    mesh: Mesh,
-    state_shardings: Any = None,
-    *,
-    offload_opt_state: bool = False,
-) -> TrainShardings:
-    """Shardings of the step's arguments. `state` may be abstract (jax.eval_shape); by default
-    the state's come from `agentic_jax.parallel.param_shardings`. Optimizer moments follow their
-    parameter, counters and scalars are replicated.
-
-    offload_opt_state: the optimizer state lives in pinned host memory (ZeRO-3 with CPU offload:
-      each device's shard of the moments sits in its host's RAM); the step brings it to device
-      memory for the update and writes it back.
-    """
-    if state_shardings is None:
-        from agentic_jax.parallel import param_shardings
-
-        state_shardings = param_shardings(state, mesh)
-    params, _ = _params_and_rest(state)
-    param_shardings_, _ = _params_and_rest(state_shardings)
-    abstract_opt = jax.eval_shape(optimizer.init, params)
-    replicated = NamedSharding(mesh, P())
-    opt_shardings = optax.tree_map_params(
-        optimizer,
-        lambda _, sharding: sharding,
-        abstract_opt,
-        param_shardings_,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, NamedSharding),
-    )
-    if offload_opt_state:
-        opt_shardings = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), opt_shardings)
-    return TrainShardings(state_shardings, opt_shardings, NamedSharding(mesh, P(BATCH_AXES)))
-
-
-def _in_device_memory(shardings: Any) -> Any | None:
-    """The same shardings in device memory, or None when none of them is elsewhere."""
-    leaves = jax.tree.leaves(shardings)
-    if all(getattr(s, "memory_kind", None) in (None, "device") for s in leaves):
-        return None
-    return jax.tree.map(lambda s: s.with_memory_kind("device"), shardings)
 
 
 # ---------------------------------------------------------------------------- forward
@@ -303,40 +244,11 @@ def make_train_step(
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
     if mesh is not None and shardings is None:
         raise ValueError("make_train_step: a mesh needs `shardings=train_shardings(state, ...)`")
-    data_shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-    opt_on_device = None if shardings is None else _in_device_memory(shardings.opt_state)
-
-    def step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array]):
-        batch = as_train_batch(batch)
-        rows = batch.tokens.shape[0]
-        if rows % (micro_batches * data_shards):
-            raise ValueError(
-                f"batch size {rows} must be divisible by micro_batches * data * fsdp = "
-                f"{micro_batches} * {data_shards}"
-            )
-        chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
-        params, rest = _params_and_rest(state)
-        loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
-        loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
-        loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
-        grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        if opt_on_device is not None:  # offloaded: host -> device for the update, and back
-            opt_state = jax.device_put(opt_state, opt_on_device)
-        params, opt_state = _update_if_finite(optimizer, grads, opt_state, params, finite)
-
-        metrics = {name: term.mean() for name, term in terms.items()}
-        if ev:
-            metrics["explained_variance"] = losses.explained_variance_from_stats(ev)
-        metrics.update(
-            loss=loss, grad_norm=grad_norm, skipped=~finite, tokens=batch.loss_mask.sum()
-        )
-        lr = current_lr(opt_state)
-        if lr is not None:
-            metrics["lr"] = lr
-        metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
-        return nnx.merge_state(params, rest), opt_state, metrics
-
+    step = functools.partial(
+        _train_step, graphdef=graphdef, optimizer=optimizer, loss_config=loss_config,
+        mesh=mesh, micro_batches=micro_batches, compute_dtype=compute_dtype,
+        data_shards=1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"],
+        opt_on_device=None if shardings is None else in_device_memory(shardings.opt_state))
     if mesh is None:
         return jax.jit(step, donate_argnums=(0, 1))
     replicated = NamedSharding(mesh, P())
@@ -346,3 +258,37 @@ def make_train_step(
         out_shardings=(shardings.state, shardings.opt_state, replicated),
         donate_argnums=(0, 1),
     )
+
+
+def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array], *,
+                graphdef, optimizer, loss_config: losses.LossConfig, mesh: Mesh | None,
+                micro_batches: int, compute_dtype: str | None, data_shards: int,
+                opt_on_device: Any):
+    """The body of `make_train_step`'s compiled step."""
+    batch = as_train_batch(batch)
+    rows = batch.tokens.shape[0]
+    if rows % (micro_batches * data_shards):
+        raise ValueError(
+            f"batch size {rows} must be divisible by micro_batches * data * fsdp = "
+            f"{micro_batches} * {data_shards}"
+        )
+    chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
+    params, rest = params_and_rest(state)
+    loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
+    loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
+    loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    if opt_on_device is not None:  # offloaded: host -> device for the update, and back
+        opt_state = jax.device_put(opt_state, opt_on_device)
+    params, opt_state = _update_if_finite(optimizer, grads, opt_state, params, finite)
+
+    metrics = {name: term.mean() for name, term in terms.items()}
+    if ev:
+        metrics["explained_variance"] = losses.explained_variance_from_stats(ev)
+    metrics.update(loss=loss, grad_norm=grad_norm, skipped=~finite, tokens=batch.loss_mask.sum())
+    lr = current_lr(opt_state)
+    if lr is not None:
+        metrics["lr"] = lr
+    metrics = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
+    return nnx.merge_state(params, rest), opt_state, metrics

@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from agentic_jax.data import prompts as fmt
+from agentic_jax.utils import round_up
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +63,12 @@ def build_example(problem: Any, prompt_tokens: list[int], tokenizer: Any, *,
 
 
 def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list[int]],
-                   tokenizer: Any, run_code: Callable[[list[str]], list[Any]],
+                   tokenizer: Any, run_code: Callable[[list[str]], list[str | None]],
                    tool_fraction: float, max_length: int, seed: int) -> list[WarmStartExample]:
     """Examples for ``problems``; a seeded ``tool_fraction`` of them use the tool.
 
-    ``run_code`` runs reference solutions (the sandbox's ``run_batch``); a problem whose
-    reference fails there falls back to its direct solution.
+    ``run_code`` runs reference solutions and returns each one's stdout, or None where it
+    failed; such a problem falls back to its direct solution.
     """
     if not 0.0 <= tool_fraction <= 1.0:
         raise ValueError(f"warmstart.tool_fraction: expected a value in [0, 1], got "
@@ -77,9 +78,9 @@ def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list
     tool_idx = [i for i, u in enumerate(use_tool) if u]
     results = run_code([problems[i].solution_code for i in tool_idx]) if tool_idx else []
     outputs: dict[int, str] = {}
-    for i, res in zip(tool_idx, results):
-        if res.ok and res.stdout.strip():
-            outputs[i] = res.stdout
+    for i, stdout in zip(tool_idx, results):
+        if stdout is not None and stdout.strip():
+            outputs[i] = stdout
     examples = []
     for i, problem in enumerate(problems):
         ex = build_example(problem, make_prompt(problem), tokenizer,
@@ -111,62 +112,72 @@ def pack_batch(examples: Sequence[WarmStartExample], *, length: int,
     }
 
 
-def run_warm_start(trainer: Any, *, progress: bool = True) -> dict[str, float]:
-    """Supervised warm start of ``trainer``'s policy in place; returns the last metrics.
+class WarmStartResult(NamedTuple):
+    params: Any                  # the policy's model state after the supervised phase
+    metrics: dict[str, float]    # warmstart/loss, warmstart/examples, warmstart/tool_fraction
 
-    Uses the run's mesh and the same compiled step as RL, with its own optimizer (``warmstart.lr``
+
+def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResult:
+    """Supervised warm start of the policy ``params`` (a `Run`'s model state).
+
+    Uses the run's mesh and the same step factory as RL, with its own optimizer (``warmstart.lr``
     with a short warmup and cosine decay over ``warmstart.steps``).
     """
     import jax
     from tqdm.auto import tqdm
 
-    from agentic_jax.parallel import process_slice
+    from agentic_jax.parallel import process_slice, put_rows
     from agentic_jax.rl.losses import LossConfig
     from agentic_jax.rl.optim import make_optimizer
-    from agentic_jax.rl.step import init_opt_state, make_train_step, train_shardings
+    from agentic_jax.rl.shardings import init_opt_state, train_shardings
+    from agentic_jax.rl.step import make_train_step
 
-    w, t = trainer.config.warmstart, trainer.config.training
-    steps, batch_size = int(w.steps), int(w.batch_size)
-    if steps <= 0 or batch_size <= 0:
-        raise ValueError(f"warmstart.steps and warmstart.batch_size must be positive, got "
-                         f"{steps}, {batch_size}")
+    cfg, policy = run.cfg, run.policy
+    w, t = cfg.warmstart, cfg.training
     # Rows split over the data shards (which span the processes): round the batch up to them.
-    batch_size = -(-batch_size // trainer.row_multiple) * trainer.row_multiple
+    batch_size = round_up(w.batch_size, run.row_multiple)
     share = process_slice(batch_size)  # the rows of every batch this process contributes
-    rng = random.Random(trainer.config.seed)
-    pool = list(trainer.train_problems)
-    needed = min(len(pool), steps * batch_size)
-    chosen = rng.sample(pool, needed)
     examples = build_examples(
-        chosen, make_prompt=trainer.make_prompt, tokenizer=trainer.tokenizer,
-        run_code=trainer.run_code, tool_fraction=float(w.tool_fraction),
-        max_length=int(t.max_length), seed=trainer.config.seed)
-    optimizer = make_optimizer(lr=float(w.lr), warmup_steps=max(1, steps // 10),
-                               total_steps=steps, max_grad_norm=float(t.max_grad_norm))
-    shardings = train_shardings(trainer.state, optimizer, trainer.mesh,
-                                offload_opt_state=bool(t.offload_optimizer))
+        random.Random(cfg.seed).sample(policy.problems.train,
+                                       min(len(policy.problems.train), w.steps * batch_size)),
+        make_prompt=policy.make_prompt, tokenizer=policy.tokenizer,
+        run_code=lambda codes: run_everywhere(policy.sandbox, codes),
+        tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed)
+    optimizer = make_optimizer(lr=w.lr, warmup_steps=max(1, w.steps // 10),
+                               total_steps=w.steps, max_grad_norm=t.max_grad_norm)
+    shardings = train_shardings(params, optimizer, policy.mesh, policy.state_shardings,
+                                offload_opt_state=t.offload_optimizer)
     loss_cfg = LossConfig(policy_loss="reinforce", value_coef=0.0, value_clip=None)
-    step_fn = make_train_step(trainer.graphdef, optimizer, loss_cfg, trainer.mesh, 1,
+    step_fn = make_train_step(policy.graphdef, optimizer, loss_cfg, policy.mesh, 1,
                               shardings=shardings)
     opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
-                        out_shardings=shardings.opt_state)(trainer.state)
-    state = trainer.state
+                        out_shardings=shardings.opt_state)(params)
     metrics: dict[str, float] = {}
-    bar = tqdm(range(steps), desc="warm start", disable=not progress, leave=False)
+    bar = tqdm(range(w.steps), desc="warm start", disable=not progress, leave=False)
     for i in bar:
         start = (i * batch_size) % len(examples)
         rows = [examples[(start + j) % len(examples)] for j in range(batch_size)]
         # Pad to the batch's longest example (rounded up, so only a few shapes compile).
-        longest = max(len(ex.tokens) for ex in rows)
-        length = min(int(t.max_length), -(-longest // _LENGTH_BUCKET) * _LENGTH_BUCKET)
-        batch = trainer.put_rows(pack_batch(rows[share], length=length, pad_id=trainer.pad_id))
-        state, opt_state, m = step_fn(state, opt_state, batch)
-        if i % 20 == 0 or i == steps - 1:
+        length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), _LENGTH_BUCKET))
+        batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
+                         run.batch_sharding)
+        params, opt_state, m = step_fn(params, opt_state, batch)
+        if i % 20 == 0 or i == w.steps - 1:
             metrics = {k: float(v) for k, v in jax.device_get(m).items()}
             bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
-    trainer.state = state
-    trainer.sync_sampler()
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
-    return {"warmstart/loss": metrics.get("policy_loss", float("nan")),
-            "warmstart/examples": float(len(examples)),
-            "warmstart/tool_fraction": tool_share}
+    return WarmStartResult(params, {"warmstart/loss": metrics.get("policy_loss", float("nan")),
+                                    "warmstart/examples": float(len(examples)),
+                                    "warmstart/tool_fraction": tool_share})
+
+
+def run_everywhere(sandbox: Any, codes: list[str]) -> list[str | None]:
+    """Runs snippets in the sandbox -> each one's stdout, or None where it failed. On several
+    hosts each runs its share and every host gets every result (so all build the same
+    warm-start examples)."""
+    from agentic_jax.parallel import gather_rows, gather_texts, process_slice
+
+    local = sandbox.run_batch(codes[process_slice(len(codes))]) if codes else []
+    ok = gather_rows(np.asarray([r.ok for r in local], bool))
+    stdout = gather_texts([r.stdout if r.ok else "" for r in local])
+    return [out if o else None for o, out in zip(ok, stdout)]

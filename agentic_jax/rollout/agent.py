@@ -1,27 +1,36 @@
-"""The multi-turn think -> code -> verify loop over a batch of prompts.
+"""The multi-turn think -> code -> verify loop over a batch of prompts, as a state machine.
 
-Rows decode together on the accelerator. When a row closes a ```python block, its code goes to
-the sandbox's host thread pool and the row leaves the decode set; the other rows keep decoding
-while the snippet runs. When the result arrives it is rendered as a ```output block, appended to
-the row's tokens (loss_mask 0, log-prob 0) and written into its KV cache, and the row resumes.
-An episode ends at EOS, at a closed \\boxed{} answer, or at ``max_length`` tokens; past its tool
-budget a code block is answered with a message instead of being run.
+Each row is in one `Phase`:
+
+    DECODING      on the accelerator with the other decoding rows;
+    RUNNING_TOOL  its closed ```python block runs in the sandbox's host thread pool while the
+                  other rows keep decoding;
+    READY         its ```output block (the result, or a message past the tool budget) waits to
+                  be appended to its tokens (loss_mask 0, log-prob 0) and its KV cache;
+    DONE          ended at EOS, at a closed \\boxed{} answer, or at ``max_length`` tokens.
+
+One round: collect finished snippets (RUNNING_TOOL -> READY; waiting only when no row can
+decode), append the ready outputs in one batched write (READY -> DECODING, or DONE when the
+output fills the budget), then one decode dispatch for every DECODING row, after which each
+row's new tokens are read once for the turn's first event (`_turn_event`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import enum
 import time
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
 
+from agentic_jax.rollout import tools
 from agentic_jax.rollout.controller import ToolController
 from agentic_jax.rollout.episode import Episode
 from agentic_jax.rollout.sampler import Sampler, SamplingParams
-from agentic_jax.rollout import tools
+from agentic_jax.utils.timing import PhaseTimer
 
 _DISABLED_MESSAGE = "Tools are disabled: answer directly."
 
@@ -44,20 +53,55 @@ class AgentConfig:
 
     def __post_init__(self):
         if self.max_length <= 1:
-            raise ValueError(f"training.max_length must be > 1, got {self.max_length}")
+            raise ValueError(f"max_length: expected > 1, got {self.max_length}")
         if self.max_output_tokens < 4:
-            raise ValueError(f"environment.max_output_tokens must be >= 4, got "
-                             f"{self.max_output_tokens}")
+            raise ValueError(f"max_output_tokens: expected >= 4, got {self.max_output_tokens}")
         if self.decode_chunk <= 0:
-            raise ValueError(f"decode_chunk must be positive, got {self.decode_chunk}")
+            raise ValueError(f"decode_chunk: expected a positive integer, got "
+                             f"{self.decode_chunk}")
+
+
+class Phase(enum.Enum):
+    DECODING = "decoding"
+    RUNNING_TOOL = "running_tool"
+    READY = "ready"
+    DONE = "done"
+
+
+class RowSpec(NamedTuple):
+    """What the caller knows of one episode before it starts."""
+
+    prompt: Sequence[int]
+    difficulty: float = 0.5
+    stage: str = "default"
+    group_id: int = 0
+
+
+class RolloutResult(NamedTuple):
+    """`AgentLoop.run`'s episodes (input order) and its timing and tool statistics (seconds:
+    decode_s, append_s, tool_wait_s, rollout_s; accelerator_idle_frac)."""
+
+    episodes: list[Episode]
+    timing: dict[str, float]
+
+
+class _TurnEvent(NamedTuple):
+    cut: int            # turn tokens kept: up to the token completing the event
+    code: str | None    # the closed block's code, or None for a final answer
 
 
 @dataclasses.dataclass
 class _Row:
     episode: Episode
-    prompt_len: int
-    turn_start: int = 0     # response index where the current turn begins
-    done: bool = False
+    phase: Phase = Phase.DECODING
+    turn_start: int = 0                 # response index where the current turn begins
+    tool: cf.Future | None = None       # RUNNING_TOOL: the snippet's future
+    tool_started: float = 0.0
+    output: list[int] = dataclasses.field(default_factory=list)  # READY: tokens to append
+
+    @property
+    def length(self) -> int:
+        return len(self.episode.prompt_tokens) + len(self.episode.response_tokens)
 
 
 class AgentLoop:
@@ -67,7 +111,8 @@ class AgentLoop:
       sampler: a `Sampler` whose ``max_len`` is at least ``cfg.max_length``.
       tokenizer: a Hugging Face tokenizer (``encode``/``decode``, ``eos_token_id``).
       sandbox: an `agentic_jax.sandbox.Sandbox` (``submit(code, timeout_ms=)`` -> Future).
-      controller: the `ToolController` deciding budgets and timeouts.
+      controller: the `ToolController` deciding budgets and timeouts (read, not changed: the
+        caller updates it from the finished episodes).
     """
 
     def __init__(self, sampler: Sampler, tokenizer: Any, sandbox: Any,
@@ -78,166 +123,160 @@ class AgentLoop:
         self.controller, self.cfg = controller, cfg
         self.stop_ids = _stop_ids(tokenizer)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
-    def run(self, prompts: Sequence[Sequence[int]], rng: jax.Array, *,
-            difficulties: Sequence[float] | None = None, stages: Sequence[str] | None = None,
-            metas: Sequence[dict] | None = None, row_offset: int = 0,
-            total_rows: int | None = None) -> tuple[list[Episode], dict[str, float]]:
-        """Rolls out one episode per prompt; returns (episodes, timing and tool statistics).
+    def run(self, specs: Sequence[RowSpec], rng: jax.Array, *, row_offset: int = 0,
+            total_rows: int | None = None) -> RolloutResult:
+        """Rolls out one episode per spec.
 
         Row b samples with ``jax.random.split(rng, total_rows)[row_offset + b]``: a host that
-        rolls out rows [row_offset, row_offset + len(prompts)) of a larger batch draws exactly
+        rolls out rows [row_offset, row_offset + len(specs)) of a larger batch draws exactly
         what one process rolling out the whole batch would.
         """
-        n = len(prompts)
+        n = len(specs)
         total_rows = n if total_rows is None else total_rows
         if row_offset < 0 or row_offset + n > total_rows:
             raise ValueError(f"rows [{row_offset}, {row_offset + n}) are not inside a batch of "
                              f"{total_rows}")
-        difficulties = difficulties if difficulties is not None else [0.5] * n
-        stages = stages if stages is not None else ["default"] * n
-        rows = [self._new_row(p, d, s, (metas or [{}] * n)[i])
-                for i, (p, d, s) in enumerate(zip(prompts, difficulties, stages))]
-        for i, row in enumerate(rows):
-            if row.prompt_len >= self.cfg.max_length:
-                raise ValueError(f"prompt {i} has {row.prompt_len} tokens; training.max_length "
-                                 f"is {self.cfg.max_length}")
-        timer = _Timer()
+        rows = [self._new_row(i, spec) for i, spec in enumerate(specs)]
+        timer = PhaseTimer()
         with timer("decode_s"):
             state = self.sampler.prefill([r.episode.prompt_tokens for r in rows])
-        lengths = np.asarray([r.prompt_len for r in rows], np.int64)
         row_keys = jax.random.split(rng, total_rows)[row_offset:row_offset + n]
-        active = np.ones(n, bool)
-        pending: dict[int, tuple[cf.Future, float]] = {}
-        ready: dict[int, list[int]] = {}
-        while True:
-            ready.update(self._harvest(rows, pending, block=not active.any() and not ready,
-                                       timer=timer))
-            if ready:
+        while any(r.phase is not Phase.DONE for r in rows):
+            self._collect_tools(rows, timer)
+            if any(r.phase is Phase.READY for r in rows):
                 with timer("append_s"):
-                    state = self._append(state, rows, ready, lengths, active)
-                ready = {}
-            if not active.any():
-                if not pending:
-                    break
-                continue
-            with timer("decode_s"):
-                state, toks, lps, vals, count, _ = self.sampler.decode(
-                    state, row_keys, active=active, budget=self.cfg.max_length - lengths,
-                    stop_ids=self.stop_ids, params=self.cfg.sampling,
-                    num_steps=self.cfg.decode_chunk)
-                toks, lps, vals, count = jax.device_get((toks, lps, vals, count))
-            for b in np.flatnonzero(active):
-                k = int(count[b])
-                rows[b].episode.add_model_tokens(toks[b, :k], lps[b, :k], vals[b, :k])
-                self._after_decode(b, rows[b], lengths, active, pending, ready)
-            state = self.sampler.set_lengths(state, lengths)
+                    state = self._append_outputs(state, rows)
+            if any(r.phase is Phase.DECODING for r in rows):
+                with timer("decode_s"):
+                    state = self._decode_round(state, rows, row_keys)
         for row in rows:
             row.episode.text = self.decode(row.episode.response_tokens)
-            meta = row.episode.meta
-            self.controller.observe(meta.get("stage", "default"), row.episode.num_tool_calls,
-                                    row.episode.num_tool_failures)
-        return [r.episode for r in rows], timer.summary()
+        return RolloutResult([r.episode for r in rows], _timing(timer))
 
-    def _new_row(self, prompt: Sequence[int], difficulty: float, stage: str,
-                 meta: dict) -> _Row:
+    def _new_row(self, i: int, spec: RowSpec) -> _Row:
+        if len(spec.prompt) >= self.cfg.max_length:
+            raise ValueError(f"prompt {i} has {len(spec.prompt)} tokens; training.max_length "
+                             f"is {self.cfg.max_length}")
         stats = self.sandbox.stats() if hasattr(self.sandbox, "stats") else {}
         workers = max(1.0, float(stats.get("workers", 1)))
         decision = self.controller.decide(
-            difficulty=difficulty, stage=stage,
+            difficulty=spec.difficulty, stage=spec.stage,
             backlog_per_worker=float(stats.get("backlog", 0.0)) / workers,
             latency_ms=float(stats.get("latency_ms_p50", 0.0)))
-        ep = Episode(prompt_tokens=list(prompt), tool_budget=decision.tool_budget,
-                     timeout_ms=decision.timeout_ms,
-                     meta={**meta, "stage": stage, "difficulty": difficulty})
-        return _Row(episode=ep, prompt_len=len(prompt))
+        return _Row(Episode(prompt_tokens=list(spec.prompt), tool_budget=decision.tool_budget,
+                            timeout_ms=decision.timeout_ms, stage=spec.stage,
+                            difficulty=spec.difficulty, group_id=spec.group_id))
 
-    def _after_decode(self, b: int, row: _Row, lengths: np.ndarray, active: np.ndarray,
-                      pending: dict, ready: dict) -> None:
-        """Decides what a row does next after new model tokens arrived."""
-        ep = row.episode
-        turn = ep.response_tokens[row.turn_start:]
-        text = self.decode(turn)
-        code = tools.find_closed_code(text)
-        answered = self.cfg.stop_on_answer and tools.has_final_answer(text)
-        eos = self.tokenizer.eos_token_id
-        if code is not None or answered:
-            # Cut the turn where the first event completed; later tokens are discarded.
-            def event(t: str) -> bool:
-                return tools.find_closed_code(t) is not None or (
-                    self.cfg.stop_on_answer and tools.has_final_answer(t))
-            cut = tools.first_prefix_with(turn, self.decode, event)
-            ep.truncate(row.turn_start + cut)
-            lengths[b] = row.prompt_len + len(ep.response_tokens)
-            code = tools.find_closed_code(self.decode(ep.response_tokens[row.turn_start:]))
-            if code is None:
-                self._finish(row, active, b, "answer")
-                return
-            active[b] = False
-            if ep.num_tool_calls < ep.tool_budget:
-                ep.num_tool_calls += 1
-                future = self.sandbox.submit(code[0], timeout_ms=ep.timeout_ms)
-                pending[b] = (future, time.perf_counter())
-            else:
-                message = tools.BUDGET_MESSAGE if ep.tool_budget > 0 else _DISABLED_MESSAGE
-                ready[b] = tools.render_message(message, self.tokenizer)
+    # ------------------------------------------------------------------ RUNNING_TOOL
+
+    def _collect_tools(self, rows: list[_Row], timer: PhaseTimer) -> None:
+        """RUNNING_TOOL -> READY for every finished snippet; waits for one when no row could
+        make progress otherwise."""
+        running = [r for r in rows if r.phase is Phase.RUNNING_TOOL]
+        if not running:
             return
-        lengths[b] = row.prompt_len + len(ep.response_tokens)
-        if eos is not None and turn and turn[-1] == eos:
-            self._finish(row, active, b, "eos", void=True)
-        elif lengths[b] >= self.cfg.max_length:
-            self._finish(row, active, b, "length", void=True)
-
-    def _finish(self, row: _Row, active: np.ndarray, b: int, reason: str,
-                void: bool = False) -> None:
-        row.done = True
-        row.episode.finish_reason = reason
-        row.episode.void_turn = row.episode.void_turn or void
-        active[b] = False
-
-    def _harvest(self, rows: list[_Row], pending: dict, *, block: bool,
-                 timer: _Timer) -> dict[int, list[int]]:
-        """Collects finished snippets as rendered output tokens; waits for one if ``block``."""
-        if not pending:
-            return {}
-        if block:
+        if not any(r.phase in (Phase.DECODING, Phase.READY) for r in rows):
             with timer("tool_wait_s"):
-                cf.wait([f for f, _ in pending.values()], return_when=cf.FIRST_COMPLETED)
-        out = {}
-        for b in [b for b, (f, _) in pending.items() if f.done()]:
-            future, t0 = pending.pop(b)
-            result = future.result()
-            ep = rows[b].episode
-            ep.tool_ms += (time.perf_counter() - t0) * 1e3
-            if not result.ok:
-                ep.num_tool_failures += 1
-                ep.tool_errors.append(str(result.error))
-            out[b] = tools.render_tool_result(result, self.tokenizer,
-                                              max_tokens=self.cfg.max_output_tokens)
-        return out
+                cf.wait([r.tool for r in running], return_when=cf.FIRST_COMPLETED)
+        for row in running:
+            if row.tool.done():
+                self._tool_finished(row)
 
-    def _append(self, state, rows: list[_Row], ready: dict[int, list[int]],
-                lengths: np.ndarray, active: np.ndarray):
+    def _tool_finished(self, row: _Row) -> None:
+        result, ep = row.tool.result(), row.episode
+        ep.tool_ms += (time.perf_counter() - row.tool_started) * 1e3
+        if not result.ok:
+            ep.num_tool_failures += 1
+            ep.tool_errors.append(str(result.error))
+        row.tool = None
+        self._ready(row, tools.render_tool_result(result, self.tokenizer,
+                                                  max_tokens=self.cfg.max_output_tokens))
+
+    @staticmethod
+    def _ready(row: _Row, output: list[int]) -> None:
+        row.phase, row.output = Phase.READY, output
+
+    # ------------------------------------------------------------------ READY
+
+    def _append_outputs(self, state, rows: list[_Row]):
+        """READY -> DECODING (output appended) or DONE (the output reached max_length)."""
         chunks: list[list[int]] = [[] for _ in rows]
-        for b, tokens in ready.items():
-            row = rows[b]
-            room = self.cfg.max_length - int(lengths[b])
-            row.episode.add_tool_tokens(tokens[:room])
-            lengths[b] += min(len(tokens), room)
-            row.turn_start = len(row.episode.response_tokens)
-            if len(tokens) >= room:
-                self._finish(row, active, b, "length")
+        for b, row in enumerate(rows):
+            if row.phase is not Phase.READY:
                 continue
-            chunks[b] = tokens
-            active[b] = True
+            room = self.cfg.max_length - row.length
+            row.episode.add_tool_tokens(row.output[:room])
+            row.turn_start = len(row.episode.response_tokens)
+            if len(row.output) >= room:
+                _finish(row, "length")
+            else:
+                chunks[b], row.phase = row.output, Phase.DECODING
+            row.output = []
         if not any(chunks):
             return state
         return self.sampler.append(state, chunks)
+
+    # ------------------------------------------------------------------ DECODING
+
+    def _decode_round(self, state, rows: list[_Row], row_keys: jax.Array):
+        active = np.asarray([r.phase is Phase.DECODING for r in rows])
+        lengths = np.asarray([r.length for r in rows], np.int64)
+        out = self.sampler.decode(
+            state, row_keys, active=active, budget=self.cfg.max_length - lengths,
+            stop_ids=self.stop_ids, params=self.cfg.sampling, num_steps=self.cfg.decode_chunk)
+        toks, lps, vals, count = jax.device_get(
+            (out.tokens, out.logprobs, out.values, out.num_generated))
+        for b in np.flatnonzero(active):
+            k = int(count[b])
+            rows[b].episode.add_model_tokens(toks[b, :k], lps[b, :k], vals[b, :k])
+            self._after_tokens(rows[b])
+        # Rows cut back to their event give those cache slots up.
+        return self.sampler.set_lengths(out.state, np.asarray([r.length for r in rows]))
+
+    def _after_tokens(self, row: _Row) -> None:
+        """DECODING -> RUNNING_TOOL | READY | DONE, or stays DECODING."""
+        ep = row.episode
+        turn = ep.response_tokens[row.turn_start:]
+        event = self._turn_event(turn)
+        if event is None:
+            eos = self.tokenizer.eos_token_id
+            if eos is not None and turn and turn[-1] == eos:
+                _finish(row, "eos", void=True)
+            elif row.length >= self.cfg.max_length:
+                _finish(row, "length", void=True)
+            return
+        ep.truncate(row.turn_start + event.cut)  # later tokens are discarded
+        if event.code is None:
+            _finish(row, "answer")
+        elif ep.num_tool_calls < ep.tool_budget:
+            ep.num_tool_calls += 1
+            row.phase, row.tool_started = Phase.RUNNING_TOOL, time.perf_counter()
+            row.tool = self.sandbox.submit(event.code, timeout_ms=ep.timeout_ms)
+        else:
+            message = tools.BUDGET_MESSAGE if ep.tool_budget > 0 else _DISABLED_MESSAGE
+            self._ready(row, tools.render_message(message, self.tokenizer))
+
+    def _turn_event(self, turn: list[int]) -> _TurnEvent | None:
+        """The turn's first completed event: a closed code block or (with stop_on_answer) a
+        closed final answer; None while neither has happened."""
+        def happened(text: str) -> bool:
+            return tools.find_closed_code(text) is not None or (
+                self.cfg.stop_on_answer and tools.has_final_answer(text))
+
+        if not happened(self.decode(turn)):
+            return None
+        cut = tools.first_prefix_with(turn, self.decode, happened)
+        code = tools.find_closed_code(self.decode(turn[:cut]))
+        return _TurnEvent(cut, None if code is None else code[0])
+
+
+def _finish(row: _Row, reason: str, void: bool = False) -> None:
+    row.phase = Phase.DONE
+    row.episode.finish_reason = reason
+    row.episode.void_turn = row.episode.void_turn or void
 
 
 def _stop_ids(tokenizer: Any) -> list[int]:
@@ -249,29 +288,9 @@ def _stop_ids(tokenizer: Any) -> list[int]:
     return ids
 
 
-class _Timer:
-    """Accumulates wall time per phase; the summary adds the accelerator idle fraction."""
-
-    def __init__(self):
-        self.totals: dict[str, float] = {}
-        self.start = time.perf_counter()
-
-    def __call__(self, name: str):
-        timer = self
-
-        class _Ctx:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.totals[name] = timer.totals.get(name, 0.0) + time.perf_counter() - self.t0
-
-        return _Ctx()
-
-    def summary(self) -> dict[str, float]:
-        total = time.perf_counter() - self.start
-        out = {k: v for k, v in self.totals.items()}
-        out["rollout_s"] = total
-        busy = out.get("decode_s", 0.0) + out.get("append_s", 0.0)
-        out["accelerator_idle_frac"] = max(0.0, 1.0 - busy / total) if total > 0 else 0.0
-        return out
+def _timing(timer: PhaseTimer) -> dict[str, float]:
+    """The timer's phases, the rollout's wall time and the accelerator's idle fraction."""
+    total = timer.elapsed
+    busy = timer["decode_s"] + timer["append_s"]
+    return dict(timer.seconds, rollout_s=total,
+                accelerator_idle_frac=max(0.0, 1.0 - busy / total) if total > 0 else 0.0)

@@ -26,12 +26,15 @@ MODES = ("adaptive", "fixed", "forbidden")
 class ToolDecision:
     tool_budget: int
     timeout_ms: int
-    reason: str
 
 
 @dataclasses.dataclass
 class ToolController:
     """Sets per-episode tool budgets and sandbox timeouts.
+
+    Decisions read the controller's state and do not change it; `update` folds a rollout's
+    finished episodes in once they are all known (on several hosts: every host's, gathered in
+    batch order, so the controllers stay identical).
 
     Args:
       max_tool_calls: the configured budget (``environment.max_tool_calls``); adaptive decisions
@@ -54,43 +57,31 @@ class ToolController:
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise ValueError(f"environment.tool_mode must be one of {MODES}, got {self.mode!r}")
+            raise ValueError(f"tool_mode: expected one of {MODES}, got {self.mode!r}")
         if self.max_tool_calls < 0:
-            raise ValueError(f"environment.max_tool_calls must be >= 0, got {self.max_tool_calls}")
+            raise ValueError(f"max_tool_calls: expected >= 0, got {self.max_tool_calls}")
         if self.timeout_ms <= 0:
-            raise ValueError(f"environment.timeout must be positive (ms), got {self.timeout_ms}")
+            raise ValueError(f"timeout: expected a positive number of ms, got {self.timeout_ms}")
         if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+            raise ValueError(f"ema_decay: expected a value in [0, 1), got {self.ema_decay}")
 
     def decide(self, *, difficulty: float, stage: str, backlog_per_worker: float = 0.0,
                latency_ms: float = 0.0) -> ToolDecision:
         """The budget and timeout for one episode."""
         if self.mode == "forbidden":
-            return self._record(ToolDecision(0, self.timeout_ms, "tools forbidden"))
+            return ToolDecision(0, self.timeout_ms)
         if self.mode == "fixed" or self.max_tool_calls == 0:
-            return self._record(ToolDecision(self.max_tool_calls, self.timeout_ms, "fixed"))
+            return ToolDecision(self.max_tool_calls, self.timeout_ms)
         d = min(max(float(difficulty), 0.0), 1.0)
         budget = max(1, round(self.max_tool_calls * (0.5 + 0.5 * d)))
-        reasons = [f"difficulty {d:.2f}"]
         rate = self.success_rate.get(stage)
         if rate is not None and rate < 0.5:
-            budget += 1
-            reasons.append(f"{stage} exec success {rate:.2f} < 0.5: +1 call")
+            budget += 1  # where code mostly fails, one more call lets the policy fix it
         budget = min(budget, self.max_tool_calls + 1)
         congested = (backlog_per_worker > self.congestion
                      or latency_ms > 0.5 * self.timeout_ms)
-        if congested:
-            timeout = self.timeout_ms
-            reasons.append(f"sandbox congested (backlog {backlog_per_worker:.1f}/worker, "
-                           f"latency {latency_ms:.0f} ms): base timeout")
-        else:
-            timeout = int(round(self.timeout_ms * (1.0 + d)))
-        return self._record(ToolDecision(budget, timeout, "; ".join(reasons)))
-
-    def _record(self, decision: ToolDecision) -> ToolDecision:
-        key = f"budget_{decision.tool_budget}"
-        self.decisions[key] = self.decisions.get(key, 0) + 1
-        return decision
+        timeout = self.timeout_ms if congested else int(round(self.timeout_ms * (1.0 + d)))
+        return ToolDecision(budget, timeout)
 
     def observe(self, stage: str, num_calls: int, num_failures: int) -> None:
         """Updates the stage's execution success rate from one finished episode."""
@@ -102,11 +93,10 @@ class ToolController:
         self.success_rate[stage] = rate if old is None else (
             self.ema_decay * old + (1.0 - self.ema_decay) * rate)
 
-    def replay(self, budgets: Sequence[int],
+    def update(self, budgets: Sequence[int],
                observations: Sequence[tuple[str, int, int]]) -> None:
-        """Counts the decided budgets and observes (stage, calls, failures) of finished episodes,
-        as if this controller had run them: several hosts replay every host's episodes, in
-        batch order, onto the same starting state and stay identical."""
+        """Counts the budgets decided for a rollout's episodes and observes their (stage, calls,
+        failures), in batch order."""
         for budget in budgets:
             key = f"budget_{int(budget)}"
             self.decisions[key] = self.decisions.get(key, 0) + 1

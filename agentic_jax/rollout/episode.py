@@ -8,11 +8,13 @@ tokens (decoding), never the other way round, so what the reward reads is what t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-FINISH_REASONS = ("eos", "answer", "length", "tools")
+from agentic_jax.utils.files import round_up
+
+FINISH_REASONS = ("eos", "answer", "length")
 
 
 @dataclasses.dataclass
@@ -27,10 +29,13 @@ class Episode:
       values: per response token, the critic's value before sampling it (0 without a critic).
       text: the decoded response (what the reward reads).
       num_tool_calls / num_tool_failures: executed snippets and how many of them failed.
+      tool_errors / tool_ms: the failed snippets' error names and the time spent on tools.
       finish_reason: one of FINISH_REASONS.
       void_turn: a turn ended with neither a code block nor a final answer.
       tool_budget / timeout_ms: what the tool controller set for this episode.
-      meta: caller data (problem index, group id, stage, ...).
+      stage / difficulty / group_id: the problem's stage and difficulty, and its prompt group.
+      reward / correct / answered: the grade (set by the reward step; answered: an answer was
+        extracted from the text).
     """
 
     prompt_tokens: list[int]
@@ -47,7 +52,12 @@ class Episode:
     void_turn: bool = False
     tool_budget: int = 0
     timeout_ms: int = 0
-    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stage: str = "default"
+    difficulty: float = 0.5
+    group_id: int = 0
+    reward: float = 0.0
+    correct: bool = False
+    answered: bool = False
 
     def add_model_tokens(self, tokens: Sequence[int], logprobs: Sequence[float],
                          values: Sequence[float]) -> None:
@@ -82,7 +92,7 @@ class Episode:
 
 @dataclasses.dataclass
 class RolloutBatch:
-    """Episodes packed into right-padded arrays of one length T (numpy, ready to shard).
+    """Graded episodes packed into right-padded arrays of one length T (numpy, ready to shard).
 
     Index t of every per-token array refers to token t; ``sampler_logprobs[:, t]`` is the
     log-probability of token t given tokens < t, so index 0 and all prompt positions are 0.
@@ -90,37 +100,29 @@ class RolloutBatch:
     Attributes:
       tokens: int32 [B, T]; positions: int32 [B, T];
       loss_mask: float32 [B, T], 1 on sampled response tokens only;
-      sampler_logprobs, sampler_values: float32 [B, T];
-      response_start: int32 [B], index of the first response token; lengths: int32 [B];
-      rewards: float32 [B]; group_ids: int32 [B]; truncated, void_turn, used_code: bool [B];
-      num_tool_calls, num_tool_failures: int32 [B].
+      sampler_logprobs: float32 [B, T];
+      lengths: int32 [B]; rewards: float32 [B]; group_ids: int32 [B];
+      truncated, void_turn: bool [B].
     """
 
     tokens: np.ndarray
     positions: np.ndarray
     loss_mask: np.ndarray
     sampler_logprobs: np.ndarray
-    sampler_values: np.ndarray
-    response_start: np.ndarray
     lengths: np.ndarray
     rewards: np.ndarray
     group_ids: np.ndarray
     truncated: np.ndarray
     void_turn: np.ndarray
-    used_code: np.ndarray
-    num_tool_calls: np.ndarray
-    num_tool_failures: np.ndarray
 
     @classmethod
-    def from_episodes(cls, episodes: Sequence[Episode], *, length: int, pad_id: int,
-                      rewards: Sequence[float] | None = None,
-                      group_ids: Sequence[int] | None = None) -> RolloutBatch:
+    def from_episodes(cls, episodes: Sequence[Episode], *, length: int,
+                      pad_id: int) -> RolloutBatch:
+        """Packs episodes (with their ``reward`` and ``group_id``) into ``length`` columns."""
         n = len(episodes)
         tokens = np.full((n, length), pad_id, np.int32)
         mask = np.zeros((n, length), np.float32)
         lps = np.zeros((n, length), np.float32)
-        vals = np.zeros((n, length), np.float32)
-        start = np.zeros((n,), np.int32)
         lengths = np.zeros((n,), np.int32)
         for i, ep in enumerate(episodes):
             p, r = len(ep.prompt_tokens), len(ep.response_tokens)
@@ -130,23 +132,17 @@ class RolloutBatch:
             tokens[i, p:p + r] = ep.response_tokens
             mask[i, p:p + r] = ep.loss_mask
             lps[i, p:p + r] = ep.logprobs
-            vals[i, p:p + r] = ep.values
-            start[i], lengths[i] = p, p + r
+            lengths[i] = p + r
         return cls(
             tokens=tokens,
             positions=np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy(),
             loss_mask=mask,
             sampler_logprobs=lps,
-            sampler_values=vals,
-            response_start=start,
             lengths=lengths,
-            rewards=np.asarray(rewards if rewards is not None else np.zeros(n), np.float32),
-            group_ids=np.asarray(group_ids if group_ids is not None else np.arange(n), np.int32),
+            rewards=np.asarray([e.reward for e in episodes], np.float32),
+            group_ids=np.asarray([e.group_id for e in episodes], np.int32),
             truncated=np.asarray([e.truncated for e in episodes], bool),
             void_turn=np.asarray([e.void_turn for e in episodes], bool),
-            used_code=np.asarray([e.used_code for e in episodes], bool),
-            num_tool_calls=np.asarray([e.num_tool_calls for e in episodes], np.int32),
-            num_tool_failures=np.asarray([e.num_tool_failures for e in episodes], np.int32),
         )
 
     def select(self, index: np.ndarray) -> RolloutBatch:
@@ -164,7 +160,7 @@ class RolloutBatch:
             longest = int(self.lengths.max()) if len(self) else 0
         if multiple <= 0 or longest <= 0:
             return self
-        keep = min(width, max(multiple, -(-longest // multiple) * multiple))
+        keep = min(width, max(multiple, round_up(longest, multiple)))
         if keep == width:
             return self
         return dataclasses.replace(self, **{

@@ -17,7 +17,7 @@ donated to every program, so decoding allocates no new cache memory.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from flax import nnx
 
 from agentic_jax.models import init_cache
 from agentic_jax.rollout.sampling import sample_tokens
+from agentic_jax.utils.files import round_up
 
 
 @jax.tree_util.register_dataclass
@@ -42,6 +43,22 @@ class DecodeState:
     cache: Any
     next_logits: jax.Array
     next_values: jax.Array
+
+
+class DecodeOut(NamedTuple):
+    """What one `Sampler.decode` call produced.
+
+    state: the advanced `DecodeState`. tokens int32 [B, num_steps], logprobs f32 (temperature 1)
+    and values f32 [B, num_steps]: row b's first ``num_generated[b]`` entries are real.
+    num_generated int32 [B]. stopped bool [B]: the row emitted a stop id.
+    """
+
+    state: DecodeState
+    tokens: jax.Array
+    logprobs: jax.Array
+    values: jax.Array
+    num_generated: jax.Array
+    stopped: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +131,7 @@ def _decode(
       stop_ids: int32 [K] token ids that end a row (after being emitted); pad with -1.
 
     Returns:
-      (state, tokens int32 [B, num_steps], logprobs f32 [B, num_steps], values f32 [B, num_steps],
-       num_generated int32 [B], stopped bool [B]) - ``stopped`` marks rows that emitted a stop id.
+      `DecodeOut`.
     """
     model = nnx.merge(graphdef, params)
     batch = active.shape[0]
@@ -153,7 +169,7 @@ def _decode(
 
     carry = (jnp.int32(0), state, out_tokens, out_logprobs, out_values, count, live, stopped)
     _, state, toks, lps, vals, count, _, stopped = jax.lax.while_loop(cond, body, carry)
-    return state, toks, lps, vals, count, stopped
+    return DecodeOut(state, toks, lps, vals, count, stopped)
 
 
 # The graph definition is a static argument, so samplers of equal models share compilations.
@@ -172,11 +188,22 @@ class Sampler:
     """
 
     def __init__(self, model: nnx.Module, *, max_len: int):
+        graphdef, params = nnx.split(model)
+        self._setup(graphdef, params, max_len)
+
+    @classmethod
+    def from_split(cls, graphdef: nnx.GraphDef, params: Any, *, max_len: int) -> Sampler:
+        """A sampler for a model given as ``nnx.split(model)``."""
+        sampler = cls.__new__(cls)
+        sampler._setup(graphdef, params, max_len)
+        return sampler
+
+    def _setup(self, graphdef: nnx.GraphDef, params: Any, max_len: int) -> None:
         if max_len <= 0:
             raise ValueError(f"max_len must be positive, got {max_len}")
-        self.config = model.cfg
+        self.graphdef, self.params = graphdef, params
+        self.config = nnx.merge(graphdef, params).cfg
         self.max_len = max_len
-        self.graphdef, self.params = nnx.split(model)
 
     def update_params(self, model_or_state: Any) -> None:
         """Points the sampler at new weights (same structure) without recompiling."""
@@ -202,7 +229,7 @@ class Sampler:
         The chunk width is rounded up to a multiple of ``bucket`` so that few shapes compile.
         """
         lens = np.asarray([len(c) for c in chunks], np.int32)
-        width = max(bucket, -(-int(lens.max(initial=0)) // bucket) * bucket)
+        width = max(bucket, round_up(int(lens.max(initial=0)), bucket))
         tokens = np.zeros((len(chunks), width), np.int32)
         for b, c in enumerate(chunks):
             tokens[b, : len(c)] = c
@@ -229,7 +256,7 @@ class Sampler:
         params: SamplingParams,
         num_steps: int,
     ):
-        """Runs up to ``num_steps`` decode steps on device; see `_decode` for the outputs.
+        """Runs up to ``num_steps`` decode steps on device (see `_decode`) -> `DecodeOut`.
 
         ``row_keys``: [B] PRNG keys (e.g. ``jax.random.split(key, B)``), fixed for an episode.
         """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any, Sequence
@@ -11,6 +10,7 @@ from agentic_jax.scaling.fit import ScalingFitError, evaluate_law, fit_scaling_l
 from agentic_jax.scaling.law import PARAM_NAMES, PUBLISHED_MATH_LAW, ScalingLaw
 from agentic_jax.scaling.plots import plot_fit
 from agentic_jax.scaling.runs import RunPoints, concat_points, load_run
+from agentic_jax.utils.files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,5 @@ def _run_summary(run: RunPoints) -> dict[str, Any]:
 
 
 def _write_json(path: str, obj: Any) -> None:
-    """Writes through a temporary file so an interrupted write never leaves half a fit.json."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, allow_nan=False)
-    os.replace(tmp, path)
+    """Atomic, so an interrupted write never leaves half a fit.json."""
+    write_json(path, obj, allow_nan=False)

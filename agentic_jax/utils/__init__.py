@@ -1,4 +1,4 @@
-"""Run utilities: orbax checkpoints and metrics writers.
+"""Run utilities: orbax checkpoints, metrics writers, atomic JSON files.
 
 Names load lazily, so tools that only read metrics do not import JAX and orbax.
 """
@@ -10,6 +10,9 @@ _EXPORTS = {
     "Restored": "agentic_jax.utils.checkpoint",
     "MetricsWriter": "agentic_jax.utils.metrics",
     "read_metrics": "agentic_jax.utils.metrics",
+    "read_json": "agentic_jax.utils.files",
+    "round_up": "agentic_jax.utils.files",
+    "write_json": "agentic_jax.utils.files",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -80,24 +80,27 @@ class Checkpointer:
         )
         return True
 
-    def restore_latest(self, abstract_state: Any) -> Restored | None:
+    def restore_latest(self, abstract_state: Any, *, partial: bool = False) -> Restored | None:
         """Restores the newest checkpoint that loads, or None when there is none.
 
         Args:
           abstract_state: a pytree of `jax.ShapeDtypeStruct` (with shardings) or arrays giving the
             structure, dtypes and placement to restore into.
+          partial: restore only the subtrees ``abstract_state`` names (e.g. just the policy
+            parameters of a full training state); the rest is not read.
         """
         self._manager.reload()
         abstract = jax.tree.map(_as_abstract, abstract_state)
+        if partial:
+            state_args = ocp.args.PyTreeRestore(
+                item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+                partial_restore=True)
+        else:
+            state_args = ocp.args.StandardRestore(abstract)
         for step in sorted(self._manager.all_steps(read=True), reverse=True):
             try:
                 restored = self._manager.restore(
-                    step,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(abstract),
-                        meta=ocp.args.JsonRestore(),
-                    ),
-                )
+                    step, args=ocp.args.Composite(state=state_args, meta=ocp.args.JsonRestore()))
             except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
                 logger.warning(
                     "checkpoint at step %d in %s cannot be restored (%s: %s); "

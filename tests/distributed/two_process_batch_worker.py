@@ -37,8 +37,9 @@ def main(coordinator_address: str, process_id: int) -> None:
         episodes.append(ep)
     rewards = [1.0, 1.0, 0.0, 1.0] if process_id == 0 else [1.0, 0.0, 1.0, 0.0]
     group_ids = [2 * process_id, 2 * process_id, 2 * process_id + 1, 2 * process_id + 1]
-    rollout = RolloutBatch.from_episodes(episodes, length=64, pad_id=0, rewards=rewards,
-                                         group_ids=group_ids)
+    for ep, reward, group in zip(episodes, rewards, group_ids):
+        ep.reward, ep.group_id = reward, group
+    rollout = RolloutBatch.from_episodes(episodes, length=64, pad_id=0)
     exp_cfg = ExperienceConfig(estimator="grpo",
                                filters=FilterConfig(drop_uniform_groups=True), row_multiple=1)
     batch, stats = make_train_batch(rollout, exp_cfg, graphdef=graphdef, state=state,

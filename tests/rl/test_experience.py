@@ -21,11 +21,17 @@ def _episodes(lengths, rng):
     return episodes
 
 
+def _graded(episodes, rewards, group_ids):
+    for ep, r, g in zip(episodes, rewards, group_ids, strict=True):
+        ep.reward, ep.group_id = float(r), int(g)
+    return episodes
+
+
 def _batch(lengths, width=64):
     rng = np.random.default_rng(0)
-    return RolloutBatch.from_episodes(
-        _episodes(lengths, rng), length=width, pad_id=0,
-        rewards=rng.normal(size=len(lengths)), group_ids=[0, 0, 1, 1][: len(lengths)])
+    episodes = _graded(_episodes(lengths, rng), rng.normal(size=len(lengths)),
+                       [0, 0, 1, 1][: len(lengths)])
+    return RolloutBatch.from_episodes(episodes, length=width, pad_id=0)
 
 
 def test_trimmed_cuts_to_a_multiple_of_the_longest_episode():
@@ -69,8 +75,8 @@ def test_padding_rows_do_not_weigh_in_group_statistics():
     cfg = get_preset("tiny-0.2m", vocab_size=64, value_head=True)
     graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     rng = np.random.default_rng(1)
-    batch = RolloutBatch.from_episodes(_episodes([9, 12, 10], rng), length=32, pad_id=0,
-                                       rewards=[1.0, 0.0, 0.0], group_ids=[0, 0, 0])
+    episodes = _graded(_episodes([9, 12, 10], rng), [1.0, 0.0, 0.0], [0, 0, 0])
+    batch = RolloutBatch.from_episodes(episodes, length=32, pad_id=0)
     base = ExperienceConfig(estimator="grpo")
     exact, _ = make_train_batch(batch, base, graphdef=graphdef, state=state)
     padded, _ = make_train_batch(batch, dataclasses.replace(base, row_multiple=4),

@@ -9,7 +9,8 @@ import pytest
 
 from agentic_jax.data import prompts
 from agentic_jax.data.tokenizer import builtin_tokenizer
-from agentic_jax.rollout import AgentConfig, AgentLoop, SamplingParams, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, DecodeOut, RowSpec, SamplingParams, ToolController)
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 
 
@@ -61,7 +62,7 @@ class ScriptedSampler:
                 if tok in stop_ids:
                     break
         zeros = np.zeros((b, num_steps), np.float32)
-        return state, toks, zeros - 0.5, zeros, count, np.zeros(b, bool)
+        return DecodeOut(state, toks, zeros - 0.5, zeros, count, np.zeros(b, bool))
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def run(tok, sandbox, scripts, prompts_text, *, budget=4, max_length=256, chunk=
         return state_holder["state"]
 
     sampler.prefill = prefill
-    episodes, timing = agent.run(prompt_tokens, jax.random.key(0))
+    episodes, timing = agent.run([RowSpec(p) for p in prompt_tokens], jax.random.key(0))
     return episodes, timing, state_holder["state"], sampler
 
 
@@ -189,13 +190,16 @@ def test_unclosed_and_reopened_blocks(tok, sandbox):
     assert eps[1].num_tool_calls == 0 and eps[1].finish_reason == "length"
 
 
-def test_controller_replay_matches_running_the_episodes():
-    ran, replayed = ToolController(max_tool_calls=3), ToolController(max_tool_calls=3)
+def test_controller_update_counts_budgets_and_observes_in_order():
+    controller = ToolController(max_tool_calls=3)
     episodes = [("arithmetic", 0.1, 2, 1), ("algebra", 0.9, 1, 1), ("arithmetic", 0.5, 3, 0)]
-    budgets = []
-    for stage, difficulty, calls, failures in episodes:
-        budgets.append(ran.decide(difficulty=difficulty, stage=stage).tool_budget)
-        ran.observe(stage, calls, failures)
-    replayed.replay(budgets, [(s, c, f) for s, _, c, f in episodes])
-    assert replayed.state_dict() == ran.state_dict()
-    assert replayed.success_rate["algebra"] == 0.0
+    budgets = [controller.decide(difficulty=d, stage=s).tool_budget for s, d, _, _ in episodes]
+    assert controller.state_dict()["decisions"] == {}  # deciding changes nothing
+    controller.update(budgets, [(s, c, f) for s, _, c, f in episodes])
+    state = controller.state_dict()
+    assert sum(state["decisions"].values()) == 3 and state["episodes_seen"] == 3
+    assert controller.success_rate["algebra"] == 0.0
+    # The EMA in batch order: 0.5 first, then 0.9 * 0.5 + 0.1 * 1.0.
+    assert controller.success_rate["arithmetic"] == pytest.approx(0.55)
+    # A failing stage gets one more call in the next decision.
+    assert controller.decide(difficulty=0.9, stage="algebra").tool_budget == 4

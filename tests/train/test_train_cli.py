@@ -43,3 +43,19 @@ def test_bad_input_is_one_line_and_leaves_the_workdir_alone(tmp_path, flags, nam
     for name in names:
         assert name in errors[0], errors[0]
     assert sorted(os.listdir(workdir)) == ["notes.txt"] and keep.read_text() == "mine"
+
+
+def test_resuming_with_another_model_is_refused(tmp_path):
+    from agentic_jax.rl import rundir
+    from configs.math_ppo import get_config
+
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+    rundir.record_config(str(workdir), get_config("smoke"), num_params=1)
+    before = (workdir / "config.json").read_bytes()
+    result = _train(workdir, "--config.model.preset=tiny-1m")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "model.preset" in errors[0] and "tiny-0.2m" in errors[0]
+    assert (workdir / "config.json").read_bytes() == before
+    assert os.listdir(workdir / "checkpoints") == []

@@ -7,8 +7,13 @@ import shutil
 
 import pytest
 
+from agentic_jax.rl import run as run_lib
+from agentic_jax.rl import state as state_lib
+from agentic_jax.rl.builders import build_run
+from agentic_jax.rl.config import read_config
 from agentic_jax.rl.run import train
-from agentic_jax.rl.trainer import Trainer, TrainingDiverged
+from agentic_jax.rl.update import TrainingDiverged
+from agentic_jax.utils import Checkpointer
 from agentic_jax.utils import read_metrics
 from train_testing import comparable, tiny_config
 
@@ -68,12 +73,7 @@ def test_corrupted_newest_checkpoint_falls_back(full_run, tmp_path, caplog):
         for name in files:
             with open(os.path.join(root, name), "wb") as f:
                 f.write(b"\0corrupt")
-    trainer = Trainer(tiny_config(), copy)
-    try:
-        assert trainer.restore()
-        assert trainer.step == 2
-    finally:
-        trainer.close()
+    assert _restored_step(tiny_config(), copy) == 2
     assert any("step 4" in r.getMessage() for r in caplog.records)
 
 
@@ -81,20 +81,39 @@ def test_repeated_non_finite_updates_stop_with_checkpoint_intact(tmp_path, monke
     workdir = str(tmp_path / "nan")
     cfg = tiny_config(**{"training.total_steps": 6, "training.max_skipped_updates": 1,
                          })
-    import agentic_jax.rl.trainer as trainer_mod
+    real = run_lib.update
 
-    real = trainer_mod.Trainer.update
-
-    def poisoned(self, rollout, step):
+    def poisoned(run, state, episodes, step, **kwargs):
         if step >= 3:
-            rollout.rewards[:] = float("nan")
-        return real(self, rollout, step)
+            for ep in episodes:
+                ep.reward = float("nan")
+        return real(run, state, episodes, step, **kwargs)
 
-    monkeypatch.setattr(trainer_mod.Trainer, "update", poisoned)
+    monkeypatch.setattr(run_lib, "update", poisoned)
     with pytest.raises(TrainingDiverged):
         train(cfg, workdir, progress=False)
-    trainer = Trainer(cfg, workdir)
+    assert _restored_step(cfg, workdir) == 2
+
+
+def _restored_step(config, workdir):
+    """The step of the newest checkpoint of ``workdir`` that restores."""
+    run, fresh = build_run(read_config(config))
     try:
-        assert trainer.restore() and trainer.step == 2
+        with Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False) as ckpt:
+            restored = state_lib.restore(ckpt, fresh, run.shardings)
+        assert restored is not None
+        return restored[0].step_int
     finally:
-        trainer.close()
+        run.policy.close()
+
+
+def test_evaluate_reads_the_run_config(full_run):
+    from agentic_jax.evaluate import evaluate_checkpoint
+
+    workdir, summary = full_run
+    # No config given: the recorded one (with tiny_config's overrides) is used, so the newest
+    # checkpoint scores exactly what the run's own final evaluation did.
+    results = evaluate_checkpoint(None, workdir)
+    assert results["step"] == 4
+    assert results["tools"] == summary["final"]["tools"]
+    assert results["direct"] == summary["final"]["direct"]

@@ -1,0 +1,132 @@
+"""The one reader of a run's config: each group becomes a typed, checked record.
+
+Every group of ``configs/math_ppo.py`` feeds dataclasses whose field names are the group's keys:
+the loop's own records below (`TrainingConfig`, `DataConfig`, ...) and the libraries' configs
+(`LossConfig`, `FilterConfig`, `AdvantageConfig`, `SamplingParams`, ...) through `read_group`.
+Values are checked in each dataclass's ``__post_init__``; `read_group` turns a failed check into
+one `ConfigError` line that names the config field. Nothing else in the project reads
+``config.*``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, TypeVar
+
+import ml_collections
+
+from agentic_jax.rl.config_groups import (
+    CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig, ModelSpec,
+    RLConfig, TrainingConfig, WarmStartConfig)
+
+T = TypeVar("T")
+
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the field and what was expected."""
+
+
+_FIELD_PREFIX = re.compile(r"^(?:\w+\.)?(\w+)(?: must|:)")
+
+
+def read_group(cls: type[T], group: Any, name: str, **values: Any) -> T:
+    """``cls`` built from the keys of config ``group`` that are its fields, plus ``values``
+    (derived fields, which take precedence). A failed check becomes a `ConfigError` that names
+    ``name.field``."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: _plain(group[k]) for k in group if k in fields}
+    kwargs.update(values)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        m = _FIELD_PREFIX.match(message)
+        if m and m.group(1) in fields:
+            message = message[m.start(1):]
+            return _raise(f"{name}.{message}")
+        return _raise(f"{name}: {message}")
+
+
+def _raise(message: str):
+    raise ConfigError(message)
+
+
+def _plain(value: Any) -> Any:
+    """Config values as the dataclasses take them (lists and tuples as tuples)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A whole run's config, read and checked once (`read_config`).
+
+    Besides the loop's own records it holds the libraries' configs, each built from the
+    group keys of its field names: ``loss`` / ``advantage`` / ``filters`` / ``reward`` from
+    ``rl.*``, ``sampling`` from ``rollout.*``. ``mesh`` is (data, fsdp, tensor).
+    """
+
+    seed: int
+    model: ModelSpec
+    tokenizer_path: str
+    training: TrainingConfig
+    rl: RLConfig
+    loss: Any  # agentic_jax.rl.losses.LossConfig
+    advantage: Any  # agentic_jax.rl.advantages.AdvantageConfig
+    filters: Any  # agentic_jax.rl.filters.FilterConfig
+    reward: Any  # agentic_jax.reward.RewardConfig
+    sampling: Any  # agentic_jax.rollout.SamplingParams
+    eval_temperature: float
+    data: DataConfig
+    environment: EnvironmentConfig
+    warmstart: WarmStartConfig
+    mesh: tuple[int, int, int]
+    checkpoint: CheckpointConfig
+    logging: LoggingConfig
+
+    def __post_init__(self):
+        if self.rl.algorithm == "ppo" and not self.model.value_head:
+            raise ConfigError("model.value_head: expected True for rl.algorithm='ppo' (GAE "
+                              "needs the critic), got False")
+        if self.eval_temperature < 0:
+            raise ConfigError(f"rollout.eval_temperature: expected a number >= 0, got "
+                              f"{self.eval_temperature}")
+
+
+def read_config(config: ml_collections.ConfigDict) -> RunConfig:
+    """Every group of ``config`` as typed records; the first bad value raises `ConfigError`."""
+    from agentic_jax.reward import RewardConfig
+    from agentic_jax.rl.advantages import AdvantageConfig
+    from agentic_jax.rl.filters import FilterConfig
+    from agentic_jax.rl.losses import LossConfig
+    from agentic_jax.rollout.sampler import SamplingParams
+
+    model = read_group(ModelSpec, config.model, "model")
+    rl = read_group(RLConfig, config.rl, "rl")
+    r = config.rl
+    return RunConfig(
+        seed=int(config.seed),
+        model=model,
+        tokenizer_path=str(config.tokenizer.path or config.model.path),
+        training=read_group(TrainingConfig, config.training, "training"),
+        rl=rl,
+        loss=read_group(
+            LossConfig, r, "rl", policy_loss="ppo",
+            dual_clip=float(r.dual_clip) or None, value_clip=float(r.value_clip) or None,
+            value_coef=float(r.value_coef) if model.value_head else 0.0,
+            # With the KL in the reward, the loss has no KL term of its own.
+            kl_coef=0.0 if rl.kl_in_reward else float(rl.kl_coef)),
+        advantage=read_group(AdvantageConfig, r, "rl"),
+        filters=read_group(FilterConfig, r, "rl"),
+        reward=read_group(RewardConfig, r, "rl",
+                          use_verification=rl.reward_check == "verify"),
+        sampling=read_group(SamplingParams, config.rollout, "rollout"),
+        eval_temperature=float(config.rollout.eval_temperature),
+        data=read_group(DataConfig, config.data, "data"),
+        environment=read_group(EnvironmentConfig, config.environment, "environment"),
+        warmstart=read_group(WarmStartConfig, config.warmstart, "warmstart"),
+        mesh=(int(config.mesh.data), int(config.mesh.fsdp), int(config.mesh.tensor)),
+        checkpoint=read_group(CheckpointConfig, config.checkpoint, "checkpoint"),
+        logging=read_group(LoggingConfig, config.logging, "logging"),
+    )

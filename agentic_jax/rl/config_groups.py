@@ -1,0 +1,220 @@
+"""The run loop's own typed config records, one per config group (field names = the group's
+keys); `agentic_jax.rl.config.read_config` builds them. Each checks its values in
+``__post_init__`` with errors that start with the field's name."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+ALGORITHMS = {"ppo": "gae", "grpo": "grpo", "reinforce_pp": "reinforce_pp"}  # -> estimator
+REWARD_CHECKS = ("grade", "verify")
+
+
+def check(ok: bool, field: str, expected: str, value: Any) -> None:
+    """Raises ``ValueError("field: expected ..., got value")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{field}: expected {expected}, got {value!r}")
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        check(int(getattr(obj, n)) > 0, n, "a positive integer", getattr(obj, n))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """``training.*``: the update's batch, schedule and lengths (see configs/math_ppo.py)."""
+
+    batch_size: int
+    lr: float
+    end_lr_ratio: float
+    warmup_steps: int
+    max_grad_norm: float
+    weight_decay: float
+    total_steps: int
+    max_length: int
+    length_bucket: int
+    ppo_epochs: int
+    minibatches: int
+    micro_batches: int
+    max_skipped_updates: int
+    offload_optimizer: bool
+
+    def __post_init__(self):
+        _positive(self, "batch_size", "total_steps", "max_length", "ppo_epochs", "minibatches",
+                  "micro_batches")
+        check(self.lr > 0, "lr", "a positive number", self.lr)
+        check(0 <= self.warmup_steps < self.total_steps, "warmup_steps",
+              f"an integer in [0, training.total_steps={self.total_steps})", self.warmup_steps)
+        check(self.length_bucket >= 0, "length_bucket",
+              "an integer >= 0 (0: batches keep training.max_length columns)", self.length_bucket)
+        check(self.max_grad_norm > 0, "max_grad_norm", "a positive number", self.max_grad_norm)
+        check(self.max_skipped_updates >= 0, "max_skipped_updates", "an integer >= 0",
+              self.max_skipped_updates)
+
+    def optimizer_args(self) -> dict[str, Any]:
+        """The keyword arguments of `agentic_jax.rl.optim.make_optimizer`."""
+        return dict(lr=self.lr, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+                    max_grad_norm=self.max_grad_norm, weight_decay=self.weight_decay,
+                    end_lr_ratio=self.end_lr_ratio)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """``model.*``: which model (a preset, or a local Hugging Face directory) and its numerics."""
+
+    preset: str
+    path: str
+    dtype: str
+    param_dtype: str
+    remat: str
+    attention_impl: str
+    scan_unroll: int
+    value_head: bool
+
+    def __post_init__(self):
+        from agentic_jax.models import PRESETS
+
+        if self.path:
+            check(os.path.isdir(self.path), "path",
+                  "an existing Hugging Face checkpoint directory", self.path)
+        else:
+            check(self.preset in PRESETS, "preset", f"one of {sorted(PRESETS)}", self.preset)
+        check(self.scan_unroll >= 1, "scan_unroll", "an integer >= 1", self.scan_unroll)
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype parameters are cast to for the forward (None: they are used as stored)."""
+        return None if self.dtype == self.param_dtype else self.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """``rl.*`` read by the loop itself; the rest of the group feeds `LossConfig`,
+    `AdvantageConfig`, `FilterConfig` and `RewardConfig` by name."""
+
+    algorithm: str
+    group_size: int
+    kl_coef: float
+    kl_estimator: str
+    kl_in_reward: bool
+    reward_check: str
+
+    def __post_init__(self):
+        check(self.algorithm in ALGORITHMS, "algorithm", f"one of {sorted(ALGORITHMS)}",
+              self.algorithm)
+        check(self.group_size >= 1, "group_size", "an integer >= 1", self.group_size)
+        check(self.kl_coef >= 0, "kl_coef", "a number >= 0", self.kl_coef)
+        check(self.reward_check in REWARD_CHECKS, "reward_check", f"one of {REWARD_CHECKS}",
+              self.reward_check)
+
+    @property
+    def estimator(self) -> str:
+        """The advantage estimator the algorithm uses (a key of ADVANTAGE_ESTIMATORS)."""
+        return ALGORITHMS[self.algorithm]
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference policy is kept (and checkpointed) only when KL is penalised."""
+        return self.kl_coef > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """``data.*``: where problems come from, the held-out split and the prompt template."""
+
+    source: str
+    stages: tuple[str, ...]
+    max_difficulty: float
+    kinds: tuple[str, ...]
+    test_fraction: float
+    eval_size: int
+    template: str
+    scheduler_threshold: float
+    scheduler_window: int
+
+    def __post_init__(self):
+        from agentic_jax.data.prompts import TEMPLATES
+
+        check(self.template in TEMPLATES, "template", f"one of {TEMPLATES}", self.template)
+        check(0 < self.test_fraction < 1, "test_fraction", "a value in (0, 1)",
+              self.test_fraction)
+        check(self.eval_size >= 1, "eval_size", "an integer >= 1", self.eval_size)
+        check(bool(self.stages), "stages", "at least one stage", self.stages)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentConfig:
+    """``environment.*``: the sandbox's limits and the tool budget (timeout in ms, memory_limit
+    in MB, as the config has them)."""
+
+    timeout: int
+    memory_limit: int
+    whitelist: tuple[str, ...]
+    max_tool_calls: int
+    num_workers: int
+    tool_mode: str
+    max_output_tokens: int
+
+    def __post_init__(self):
+        from agentic_jax.rollout.controller import MODES
+
+        check(self.timeout > 0, "timeout", "a positive number of ms", self.timeout)
+        check(self.memory_limit > 0, "memory_limit", "a positive number of MB",
+              self.memory_limit)
+        check(self.max_tool_calls >= 0, "max_tool_calls", "an integer >= 0",
+              self.max_tool_calls)
+        check(self.num_workers >= 0, "num_workers", "an integer >= 0 (0: one per CPU)",
+              self.num_workers)
+        check(self.tool_mode in MODES, "tool_mode", f"one of {MODES}", self.tool_mode)
+        check(self.max_output_tokens >= 4, "max_output_tokens", "an integer >= 4",
+              self.max_output_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """``warmstart.*``: supervised steps on reference solutions before RL."""
+
+    enabled: bool
+    steps: int
+    batch_size: int
+    lr: float
+    tool_fraction: float
+
+    def __post_init__(self):
+        if self.enabled:
+            _positive(self, "steps", "batch_size")
+            check(self.lr > 0, "lr", "a positive number", self.lr)
+        check(0.0 <= self.tool_fraction <= 1.0, "tool_fraction", "a value in [0, 1]",
+              self.tool_fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """``checkpoint.*``."""
+
+    every_steps: int
+    keep: int
+    async_save: bool
+    init_from: str
+
+    def __post_init__(self):
+        _positive(self, "every_steps", "keep")
+        if self.init_from:
+            check(os.path.isdir(self.init_from), "init_from",
+                  "an existing run or checkpoint directory", self.init_from)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    """``logging.*``."""
+
+    every_steps: int
+    tensorboard: bool
+    progress: bool
+    plots: bool
+
+    def __post_init__(self):
+        _positive(self, "every_steps")

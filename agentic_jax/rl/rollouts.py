@@ -1,0 +1,81 @@
+"""One RL step's experience: draw the prompts, run the tool loop, grade every episode.
+
+Every host draws the same prompts; each rolls out and grades its contiguous share of the
+episodes (whole prompt groups) and keeps only those. The host-side state that follows the
+episodes (the curriculum scheduler, the tool controller) is updated once from every host's
+gathered rows, in batch order, so it stays the same everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from agentic_jax.data import Problem
+from agentic_jax.parallel import gather_rows, process_slice
+from agentic_jax.reward import RewardConfig, grade_batch
+from agentic_jax.rl.builders import Policy, Run
+from agentic_jax.rl.metrics import episode_table
+from agentic_jax.rollout import Episode, RowSpec, ToolController
+
+
+class Experience(NamedTuple):
+    """This host's graded episodes of one step, the table of every host's episodes
+    (`episode_table` rows, gathered) and the phase timings in seconds."""
+
+    episodes: list[Episode]
+    table: dict[str, np.ndarray]
+    timing: dict[str, float]
+
+
+def row_specs(policy: Policy, problems: Sequence[Problem], *, allow_tools: bool = True,
+              group_size: int = 1, first_row: int = 0) -> list[RowSpec]:
+    """The agent's input for ``problems`` (row i is in prompt group (first_row + i) //
+    group_size)."""
+    return [RowSpec(policy.make_prompt(p, allow_tools), p.difficulty, p.stage,
+                    (first_row + i) // group_size) for i, p in enumerate(problems)]
+
+
+def grade(episodes: Sequence[Episode], problems: Sequence[Problem], cfg: RewardConfig,
+          max_length: int | None = None) -> None:
+    """Sets each episode's reward, correct and answered (``problems[i]`` is episode i's)."""
+    infos = grade_batch(
+        [e.text for e in episodes], [p.answer for p in problems], cfg=cfg,
+        num_tool_calls=[e.num_tool_calls for e in episodes],
+        num_tool_failures=[e.num_tool_failures for e in episodes],
+        response_lengths=[e.num_model_tokens for e in episodes], max_length=max_length,
+        problems=list(problems) if cfg.use_verification else None)
+    for ep, info in zip(episodes, infos):
+        ep.reward, ep.correct, ep.answered = info.reward, info.correct, info.extracted is not None
+
+
+def collect(run: Run, step_key: jax.Array) -> Experience:
+    """Samples the step's problems (the scheduler), rolls them out with the published policy
+    and grades them; updates the scheduler and the tool controller."""
+    cfg, policy = run.cfg, run.policy
+    problems = run.scheduler.sample(cfg.training.batch_size)
+    jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
+    share = process_slice(len(jobs))
+    local_jobs = jobs[share]
+    specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
+    episodes, timing = policy.agent(run.controller).run(
+        specs, step_key, row_offset=share.start, total_rows=len(jobs))
+    t0 = time.perf_counter()
+    grade(episodes, local_jobs, cfg.reward, cfg.training.max_length)
+    timing["reward_s"] = time.perf_counter() - t0
+    table = gather_rows(episode_table(episodes, policy.problems.stages))
+    run.scheduler.update(list(zip(jobs, table["correct"].tolist())))
+    update_controller(run.controller, table, policy.problems.stages)
+    return Experience(episodes, table, timing)
+
+
+def update_controller(controller: ToolController, table: dict[str, np.ndarray],
+                      stages: Sequence[str]) -> None:
+    """Folds a rollout's episodes (an `episode_table`, every host's rows) into the controller."""
+    names = [stages[i] if i >= 0 else "default" for i in table["stage"]]
+    controller.update(table["budget"].tolist(),
+                      list(zip(names, table["calls"].astype(int).tolist(),
+                               table["fails"].astype(int).tolist())))

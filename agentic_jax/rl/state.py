@@ -1,0 +1,117 @@
+"""The training state, passed in and returned: never kept on an object.
+
+`TrainState` is a pytree: the policy's model state (``params``: an `nnx.State` of the policy
+with its value head), the optimizer state, the frozen KL reference (None without a KL term), the
+number of finished RL steps and the run's PRNG key data. A checkpoint stores exactly it (as pure
+dicts) plus the host state (curriculum scheduler, tool controller) as JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from agentic_jax.utils import Checkpointer
+
+logger = logging.getLogger(__name__)
+
+
+@struct.dataclass
+class TrainState:
+    """params: nnx.State of the policy. opt_state: optax state of its nnx.Param leaves.
+    ref_params: nnx.State of the KL reference, or None. step: int32 [] RL steps done.
+    rng: uint32 key data of the run's root key (`jax.random.key_data`)."""
+
+    params: Any
+    opt_state: Any
+    ref_params: Any
+    step: jax.Array
+    rng: jax.Array
+
+    @property
+    def step_int(self) -> int:
+        return int(self.step)
+
+    def step_key(self, step: int) -> jax.Array:
+        """The PRNG key of RL step ``step`` (the same on every host and after a resume)."""
+        return jax.random.fold_in(jax.random.wrap_key_data(self.rng), step)
+
+
+class HostState(NamedTuple):
+    """What a checkpoint keeps besides the arrays: plain JSON of the host-side components."""
+
+    scheduler: dict[str, Any]
+    controller: dict[str, Any]
+
+
+def root_rng(seed: int) -> jax.Array:
+    return jax.random.key_data(jax.random.key(seed))
+
+
+def to_pure(state: TrainState) -> dict[str, Any]:
+    """The checkpointed tree: nnx states as pure dicts (no Variable wrappers on disk)."""
+    tree = {"params": nnx.to_pure_dict(state.params), "opt_state": state.opt_state,
+            "step": state.step, "rng": state.rng}
+    if state.ref_params is not None:
+        tree["ref_params"] = nnx.to_pure_dict(state.ref_params)
+    return tree
+
+
+def from_pure(tree: dict[str, Any], like: TrainState, shardings: Any) -> TrainState:
+    """A TrainState with ``like``'s structure holding a restored pure tree, placed with
+    ``shardings`` (a `TrainShardings`)."""
+
+    def placed(params: dict[str, Any]) -> nnx.State:
+        state = jax.tree.map(lambda x: x, like.params)
+        nnx.replace_by_pure_dict(state, params)
+        return jax.device_put(state, shardings.state)
+
+    return TrainState(
+        params=placed(tree["params"]),
+        opt_state=jax.device_put(tree["opt_state"], shardings.opt_state),
+        ref_params=placed(tree["ref_params"]) if "ref_params" in tree else None,
+        step=jnp.asarray(tree["step"], jnp.int32),
+        rng=jnp.asarray(tree["rng"], jnp.uint32))
+
+
+def with_reference(state: TrainState, needed: bool) -> TrainState:
+    """Snapshots the current policy as the KL reference (a copy: the update donates params)."""
+    if not needed:
+        return state.replace(ref_params=None)
+    return state.replace(ref_params=jax.tree.map(lambda x: x.copy(), state.params))
+
+
+def save(checkpointer: Checkpointer, state: TrainState, host: HostState, *,
+         force: bool = False) -> bool:
+    return checkpointer.maybe_save(state.step_int, to_pure(state), host._asdict(), force=force)
+
+
+def restore(checkpointer: Checkpointer, like: TrainState,
+            shardings: Any) -> tuple[TrainState, HostState] | None:
+    """The newest intact checkpoint as (state, host state), or None for a fresh run."""
+    restored = checkpointer.restore_latest(to_pure(like))
+    if restored is None:
+        return None
+    meta = restored.meta
+    host = HostState(scheduler=meta.get("scheduler", {}), controller=meta.get("controller", {}))
+    return from_pure(restored.state, like, shardings), host
+
+
+def restore_params(directory: str, like: nnx.State, shardings: Any) -> tuple[nnx.State, int]:
+    """The policy parameters (and step) of the newest intact checkpoint of a run directory or a
+    checkpoints directory, placed like ``like`` with ``shardings`` (the model state's); nothing
+    else of the checkpoint is read."""
+    if os.path.isdir(os.path.join(directory, "checkpoints")):
+        directory = os.path.join(directory, "checkpoints")
+    with Checkpointer(directory, every_steps=1, keep=1, async_save=False) as source:
+        restored = source.restore_latest({"params": nnx.to_pure_dict(like)}, partial=True)
+    if restored is None:
+        raise FileNotFoundError(f"{directory!r}: no restorable checkpoint there")
+    params = jax.tree.map(lambda x: x, like)
+    nnx.replace_by_pure_dict(params, restored.state["params"])
+    return jax.device_put(params, shardings), restored.step

@@ -1,0 +1,74 @@
+"""The update: K epochs of compiled, sharded minibatch steps on the step's graded episodes.
+
+    (state, episodes) -> experience batch (filters, old / reference log-probs, advantages)
+                      -> ppo_epochs x minibatches of `run.step_fn` -> (state, metrics)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from agentic_jax.rl.builders import Run
+from agentic_jax.rl.experience import make_train_batch, minibatches
+from agentic_jax.rl.state import TrainState
+from agentic_jax.rollout import Episode, RolloutBatch
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite updates; the last good checkpoint is kept."""
+
+
+class UpdateResult(NamedTuple):
+    state: TrainState
+    metrics: dict[str, float]      # averaged over the update's minibatch steps
+    skipped_in_a_row: int          # consecutive non-finite steps, carried to the next update
+
+
+def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
+           skipped_in_a_row: int = 0) -> UpdateResult:
+    """PPO epochs over this host's ``episodes`` (every host calls it with its own share).
+
+    Raises `TrainingDiverged` after more than ``training.max_skipped_updates`` consecutive
+    non-finite steps.
+    """
+    t = run.cfg.training
+    rollout = RolloutBatch.from_episodes(episodes, length=t.max_length,
+                                         pad_id=run.policy.pad_id)
+    batch, stats = make_train_batch(
+        rollout, run.experience, graphdef=run.policy.graphdef, state=state.params,
+        ref_state=state.ref_params, batch_sharding=run.batch_sharding)
+    if batch is None:
+        return UpdateResult(state, {**stats, "skipped": 1.0}, skipped_in_a_row)
+    rng = np.random.default_rng([run.cfg.seed, step])
+    params, opt_state = state.params, state.opt_state
+    sums: dict[str, float] = {}
+    n = 0
+    for _ in range(t.ppo_epochs):
+        for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding):
+            params, opt_state, metrics = run.step_fn(params, opt_state, mb)
+            metrics = jax.device_get(metrics)
+            skipped_in_a_row = _count_skips(metrics, skipped_in_a_row, t.max_skipped_updates)
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            n += 1
+    out = {k: v / n for k, v in sums.items()}
+    out.update(stats)
+    return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
+                        skipped_in_a_row)
+
+
+def _count_skips(metrics: dict[str, Any], in_a_row: int, limit: int) -> int:
+    if float(metrics.get("skipped", 0.0)) <= 0:
+        return 0
+    in_a_row += 1
+    logger.warning("non-finite loss or gradient: update skipped (%d in a row)", in_a_row)
+    if in_a_row > limit:
+        raise TrainingDiverged(f"{in_a_row} consecutive non-finite updates; stopping with the "
+                               "last good checkpoint")
+    return in_a_row

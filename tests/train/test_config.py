@@ -1,0 +1,134 @@
+"""The one config reader: every key feeds a dataclass field of its own name, bad values are one
+error line naming the field, and every variant reads."""
+
+import dataclasses
+import json
+
+import pytest
+from train_testing import tiny_config
+
+from agentic_jax.reward import RewardConfig
+from agentic_jax.rl import config_groups as config_lib
+from agentic_jax.rl.advantages import AdvantageConfig
+from agentic_jax.rl.config import ConfigError, read_config
+from agentic_jax.rl.filters import FilterConfig
+from agentic_jax.rl.losses import LossConfig
+from agentic_jax.rollout import SamplingParams
+from configs import math_ppo
+
+# Which dataclasses each config group feeds (by field name).
+FEEDS = {
+    "model": [config_lib.ModelSpec],
+    "training": [config_lib.TrainingConfig],
+    "rl": [config_lib.RLConfig, LossConfig, AdvantageConfig, FilterConfig, RewardConfig],
+    "rollout": [SamplingParams],
+    "data": [config_lib.DataConfig],
+    "environment": [config_lib.EnvironmentConfig],
+    "warmstart": [config_lib.WarmStartConfig],
+    "checkpoint": [config_lib.CheckpointConfig],
+    "logging": [config_lib.LoggingConfig],
+}
+# Keys the reader takes by hand, each named in RunConfig / read_config.
+BY_HAND = {"rollout": {"eval_temperature"}, "mesh": {"data", "fsdp", "tensor"},
+           "tokenizer": {"path"}}
+
+
+@pytest.mark.parametrize("variant", sorted(math_ppo.VARIANTS))
+def test_every_key_feeds_a_field_of_its_own_name(variant):
+    config = math_ppo.get_config(None if variant == "default" else variant)
+    for group, value in config.items():
+        if not hasattr(value, "keys"):
+            assert group == "seed"
+            continue
+        fields = set(BY_HAND.get(group, ()))
+        for cls in FEEDS.get(group, []):
+            fields |= {f.name for f in dataclasses.fields(cls)}
+        assert set(value.keys()) <= fields, (group, set(value.keys()) - fields)
+
+
+@pytest.mark.parametrize("variant", ["default", "smoke"])
+def test_variants_read(variant):
+    cfg = read_config(math_ppo.get_config(None if variant == "default" else variant))
+    assert cfg.loss.value_coef == 0.5 and cfg.filters.truncated == "keep"
+    assert cfg.reward.use_verification is False and cfg.sampling.temperature == 1.0
+
+
+def test_unknown_variant():
+    with pytest.raises(ValueError, match="unknown config variant 'huge'"):
+        math_ppo.get_config("huge")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("rl.clip_low", 2.0),
+    ("rl.aggregation", "mean_of_means"),
+    ("rl.truncated", "cut"),
+    ("rl.kl_estimator", "k9"),
+    ("rl.reward_check", "vibes"),
+    ("rl.algorithm", "dpo"),
+    ("rl.format_penalty", -1.0),
+    ("rollout.top_p", 0.0),
+    ("environment.tool_mode", "sometimes"),
+    ("environment.timeout", 0),
+    ("training.batch_size", 0),
+    ("warmstart.tool_fraction", 1.5),
+    ("checkpoint.keep", 0),
+    ("data.test_fraction", 1.0),
+    ("model.scan_unroll", 0),
+])
+def test_bad_value_is_one_error_naming_the_field(field, value):
+    config = tiny_config(**{field: value})
+    with pytest.raises(ConfigError) as err:
+        read_config(config)
+    message = str(err.value)
+    assert message.startswith(field), message
+    assert "\n" not in message
+
+
+def test_ppo_needs_the_value_head():
+    with pytest.raises(ConfigError, match="model.value_head"):
+        read_config(tiny_config(**{"model.value_head": False}))
+    cfg = read_config(tiny_config(**{"model.value_head": False, "rl.algorithm": "grpo"}))
+    assert cfg.loss.value_coef == 0.0
+
+
+def test_derived_library_fields():
+    cfg = read_config(tiny_config(**{"rl.kl_coef": 0.1, "rl.kl_in_reward": True,
+                                     "rl.dual_clip": 3.0, "rl.value_clip": 0.0,
+                                     "rl.reward_check": "verify"}))
+    assert cfg.loss.kl_coef == 0.0 and cfg.rl.kl_coef == 0.1  # the KL is in the reward
+    assert cfg.loss.dual_clip == 3.0 and cfg.loss.value_clip is None
+    assert cfg.reward.use_verification and cfg.rl.needs_reference
+
+
+def test_a_run_directory_remembers_its_config(tmp_path):
+    from agentic_jax.rl import rundir
+
+    recorded = math_ppo.get_config("smoke")
+    recorded.data.template = "chat"
+    recorded.data.stages = ("arithmetic", "algebra")
+    rundir.record_config(str(tmp_path), recorded, num_params=7)
+    # The record wins over the config file; the command line's overrides win over the record.
+    config = rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path),
+                                {"training.lr": 1e-5})
+    assert config.data.template == "chat" and config.data.stages == ("arithmetic", "algebra")
+    assert config.training.lr == 1e-5
+    # Without a config file the record alone is the base, and it reads.
+    alone = rundir.with_record(None, str(tmp_path), {})
+    assert read_config(alone).data.template == "chat"
+    # Fields the record predates keep the file's values.
+    record = json.loads((tmp_path / "config.json").read_text())
+    del record["config"]["rl"]["reward_check"]
+    record["config"]["rl"]["clip_low"] = 0.1
+    (tmp_path / "config.json").write_text(json.dumps(record))
+    older = rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path), {})
+    assert older.rl.reward_check == "grade" and older.rl.clip_low == 0.1
+
+
+def test_no_record_and_no_config_is_an_error(tmp_path):
+    from agentic_jax.rl import rundir
+
+    with pytest.raises(ConfigError, match="no config.json"):
+        rundir.with_record(None, str(tmp_path), {})
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not a readable run config"):
+        rundir.with_record(None, str(tmp_path), {})
