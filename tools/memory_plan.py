@@ -3,11 +3,16 @@ r"""Per-device memory of training a preset on a mesh, and whether it fits, befor
   python tools/memory_plan.py qwen2.5-7b --mesh data=1,fsdp=32,tensor=1 --device=v5p
   python tools/memory_plan.py llama-3.1-8b --mesh fsdp=32 --device=h100 --remat=full
   python tools/memory_plan.py tiny-1m --mesh fsdp=1 --compile_check   # vs XLA's own numbers
+  python tools/memory_plan.py qwen2.5-7b --mesh fsdp=8 --device=h100 --lora_rank=16
 
 Analytic model, per device (P parameters, L layers, hidden E, MLP width I, query/kv widths Q/K,
 vocab V, b = batch / (data * fsdp * micro_batches) rows of S tokens in flight):
-  parameters, gradients  P * bytes(param_dtype) / (fsdp * tensor)   (FSDP/ZeRO-3 sharding)
-  optimizer state        2 * P * 4 / (fsdp * tensor)                (AdamW moments in f32;
+  parameters             P * bytes(param_dtype) / (fsdp * tensor)   (FSDP/ZeRO-3 sharding)
+  gradients              T * bytes(param_dtype) / (fsdp * tensor)   (T trainable: all P, or
+                                                                     with --lora_rank only the
+                                                                     adapters, r * (in + out)
+                                                                     per targeted projection)
+  optimizer state        2 * T * 4 / (fsdp * tensor)                (AdamW moments in f32;
                                                                      on the host if offloaded)
   activations            b * S * bytes(dtype) * saved values per token:
                            remat none: L * (4E + 3Q + 3K + 4I)    (norm in/out, q/k/v before
@@ -35,7 +40,7 @@ from absl import app, flags
 import numpy as np
 
 from agentic_jax.models import ModelConfig, get_preset
-from agentic_jax.models.config import DTYPES
+from agentic_jax.models.config import DTYPES, LORA_TARGETS
 from agentic_jax.parallel import MESH_AXES
 
 _BYTES = {name: np.dtype(dtype).itemsize for name, dtype in DTYPES.items()}
@@ -50,6 +55,7 @@ class MemoryPlan:
     """Bytes per device of each part of a training step and of a rollout."""
 
     num_params: int
+    num_trainable: int
     devices: int
     params: float
     gradients: float
@@ -113,16 +119,17 @@ def plan_memory(cfg: ModelConfig, mesh: dict[str, int], batch: int, seq_len: int
         raise ValueError(f"tensor={tensor} must divide num_heads={cfg.num_heads} and "
                          f"intermediate_size={cfg.intermediate_size}")
     n = cfg.num_params()
+    trainable = cfg.num_lora_params() if cfg.lora_rank else n
     shards = fsdp * tensor
     logits = 2 * batch // rows * seq_len * cfg.vocab_size * 4 / tensor
     by_remat = {policy: saved + logits for policy, saved in
                 activation_bytes(cfg, tensor, batch // rows, seq_len, attention).items()}
     kv_heads = -(-cfg.num_kv_heads // tensor)
-    optimizer = 2 * n * 4 / shards
+    optimizer = 2 * trainable * 4 / shards
     return MemoryPlan(
-        num_params=n, devices=data * fsdp * tensor,
+        num_params=n, num_trainable=trainable, devices=data * fsdp * tensor,
         params=n * _BYTES[cfg.param_dtype] / shards,
-        gradients=n * _BYTES[cfg.param_dtype] / shards,
+        gradients=trainable * _BYTES[cfg.param_dtype] / shards,
         optimizer=0.0 if optimizer_offload else optimizer,
         optimizer_host=optimizer if optimizer_offload else 0.0,
         activations=by_remat[remat], activations_by_remat=by_remat,
@@ -140,18 +147,19 @@ def compiled_memory(cfg: ModelConfig, batch: int, seq_len: int) -> dict[str, int
     import jax.numpy as jnp
     from flax import nnx
 
-    from agentic_jax.models import Transformer
+    from agentic_jax.models import Transformer, trainable_filter
 
-    graphdef, abstract_params = nnx.split(
-        nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    graphdef, abstract_params, abstract_frozen = nnx.split(
+        nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), trainable_filter(cfg), ...)
 
-    def loss(params, tokens):
-        logits = nnx.merge(graphdef, params)(tokens)
+    def loss(params, frozen, tokens):
+        logits = nnx.merge(graphdef, params, frozen)(tokens)
         logp = jax.nn.log_softmax(logits[:, :-1])
         return -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1).mean()
 
     tokens = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32)
-    stats = jax.jit(jax.grad(loss)).lower(abstract_params, tokens).compile().memory_analysis()
+    lowered = jax.jit(jax.grad(loss)).lower(abstract_params, abstract_frozen, tokens)
+    stats = lowered.compile().memory_analysis()
     return {"arguments": stats.argument_size_in_bytes, "outputs": stats.output_size_in_bytes,
             "temporaries": stats.temp_size_in_bytes}
 
@@ -161,10 +169,12 @@ def format_plan(name: str, cfg: ModelConfig, mesh: dict[str, int], plan: MemoryP
     """The printed report: one line per part, then the verdict when a capacity is known."""
     mesh_text = ",".join(f"{axis}={mesh[axis]}" for axis in MESH_AXES)
     act = plan.activations_by_remat
+    lora = (f"; LoRA r={cfg.lora_rank}: {plan.num_trainable / 1e6:.2f}M trainable"
+            if cfg.lora_rank else "")
     rows = [
-        f"{name}: {plan.num_params / 1e9:.3f}B parameters; mesh {mesh_text} ({plan.devices} "
-        f"devices); batch {batch} x {seq_len} tokens; {cfg.dtype} compute, {cfg.param_dtype} "
-        f"parameters; remat {remat}",
+        f"{name}: {plan.num_params / 1e9:.3f}B parameters{lora}; mesh {mesh_text} "
+        f"({plan.devices} devices); batch {batch} x {seq_len} tokens; {cfg.dtype} compute, "
+        f"{cfg.param_dtype} parameters; remat {remat}",
         f"  parameters            {plan.params / _GB:9.3f} GB",
         f"  gradients             {plan.gradients / _GB:9.3f} GB",
         f"  optimizer state (f32) {plan.optimizer / _GB:9.3f} GB"
@@ -212,6 +222,8 @@ def define_flags() -> None:
                       "flash: a fused kernel (Pallas/cuDNN); xla: scores kept in memory.")
     flags.DEFINE_enum("device", None, sorted(DEVICE_MEMORY_GB), "Chip, for its memory size.")
     flags.DEFINE_float("device_memory_gb", None, "Per-device memory, GB (instead of --device).")
+    flags.DEFINE_integer("lora_rank", 0, "LoRA adapter rank (0: full fine-tuning).")
+    flags.DEFINE_list("lora_targets", list(LORA_TARGETS), "Projections that get adapters.")
     flags.DEFINE_bool("compile_check", False,
                       "Also print XLA's compiled memory analysis for one device's batch.")
 
@@ -221,7 +233,8 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: memory_plan.py PRESET --mesh data=1,fsdp=32,tensor=1 [flags]")
     f = flags.FLAGS
     try:
-        cfg = get_preset(argv[1], dtype=f.dtype, param_dtype=f.param_dtype, remat=f.remat)
+        cfg = get_preset(argv[1], dtype=f.dtype, param_dtype=f.param_dtype, remat=f.remat,
+                         lora_rank=f.lora_rank, lora_targets=tuple(f.lora_targets))
         mesh = parse_mesh(f.mesh)
         plan = plan_memory(cfg, mesh, f.batch, f.seq_len, f.remat, f.optimizer_offload,
                            f.micro_batches, f.attention)

@@ -117,7 +117,7 @@ def _fresh_adapters(cfg: ModelConfig, abstract: nnx.State, placement: Placement,
     base initialisers); none without `lora_rank`."""
     if not cfg.lora_rank:
         return {}
-    adapters = abstract.filter(nnx.LoRAParam)
+    adapters = nnx.filter_state(abstract, nnx.LoRAParam)
     shardings = jax.tree.map(lambda var: var.replace(placement(var)), adapters,
                              is_leaf=lambda x: isinstance(x, nnx.Variable))
 
