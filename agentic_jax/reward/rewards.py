@@ -87,10 +87,12 @@ def compute_reward(
     response_length: int = 0,
     max_length: int | None = None,
     problem: Any = None,
+    sandbox: Any = None,
 ) -> RewardInfo:
     """Reward of one response: ``cfg.correct_reward`` if its extracted final answer matches
     ``reference_answer`` (or, with ``cfg.use_verification`` and a ``problem``, passes
-    ``verify``), else ``cfg.incorrect_reward``; minus the enabled penalties."""
+    ``verify``, which runs the problem's tests in ``sandbox`` when one is given), else
+    ``cfg.incorrect_reward``; minus the enabled penalties."""
     if num_tool_failures > num_tool_calls:
         raise ValueError(
             f"num_tool_failures ({num_tool_failures}) exceeds num_tool_calls ({num_tool_calls})"
@@ -99,7 +101,7 @@ def compute_reward(
     if extracted is None:
         correct = False
     elif cfg.use_verification and problem is not None:
-        correct = verify(problem, extracted).ok
+        correct = verify(problem, extracted, sandbox=sandbox).ok
     else:
         correct = grade_answer(extracted, reference_answer)
     format_pen = cfg.format_penalty if extracted is None else 0.0
@@ -137,8 +139,10 @@ def grade_batch(
     response_lengths: Sequence[int] | None = None,
     max_length: int | None = None,
     problems: Sequence[Any] | None = None,
+    sandbox: Any = None,
 ) -> list[RewardInfo]:
-    """``compute_reward`` for every response on a host thread pool; results in input order."""
+    """``compute_reward`` for every response on a host thread pool; results in input order.
+    ``sandbox`` (thread-safe) runs the problems' tests under ``cfg.use_verification``."""
     n = len(responses)
     references = _optional(references, n, "references", None)
     calls = _optional(num_tool_calls, n, "num_tool_calls", 0)
@@ -158,6 +162,7 @@ def grade_batch(
             response_length=lengths[i],
             max_length=max_length,
             problem=problems[i],
+            sandbox=sandbox,
         )
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers) as pool:

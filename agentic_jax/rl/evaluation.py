@@ -57,7 +57,8 @@ def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools
     jobs = [p for p in problems[share] for _ in range(k)]
     episodes = _rollout(policy, jobs, tools, cfg, job_offset=share.start * k,
                         job_total=len(problems) * k)
-    grade(episodes, jobs, RewardConfig(use_verification=policy.cfg.reward.use_verification))
+    grade(episodes, jobs, RewardConfig(use_verification=policy.cfg.reward.use_verification),
+          sandbox=policy.sandbox)
     table = gather_rows(episode_table(episodes, policy.problems.stages))
     out = summarize(table, policy.problems.stages, per_stage=True)
     out["num_problems"] = float(len(table["correct"]) // k)

@@ -9,7 +9,7 @@ gathered rows, in batch order, so it stays the same everywhere.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -40,14 +40,20 @@ def row_specs(policy: Policy, problems: Sequence[Problem], *, allow_tools: bool 
 
 
 def grade(episodes: Sequence[Episode], problems: Sequence[Problem], cfg: RewardConfig,
-          max_length: int | None = None) -> None:
-    """Sets each episode's reward, correct and answered (``problems[i]`` is episode i's)."""
+          max_length: int | None = None, sandbox: Any = None) -> None:
+    """Sets each episode's reward, correct and answered (``problems[i]`` is episode i's).
+
+    With ``cfg.use_verification`` (``rl.reward_check="verify"``) correctness is the
+    verification layer's: the problem kind's checks, equivalence with the reference, and the
+    problem's tests run in ``sandbox``.
+    """
     infos = grade_batch(
         [e.text for e in episodes], [p.answer for p in problems], cfg=cfg,
         num_tool_calls=[e.num_tool_calls for e in episodes],
         num_tool_failures=[e.num_tool_failures for e in episodes],
         response_lengths=[e.num_model_tokens for e in episodes], max_length=max_length,
-        problems=list(problems) if cfg.use_verification else None)
+        problems=list(problems) if cfg.use_verification else None,
+        sandbox=sandbox if cfg.use_verification else None)
     for ep, info in zip(episodes, infos):
         ep.reward, ep.correct, ep.answered = info.reward, info.correct, info.extracted is not None
 
@@ -64,7 +70,7 @@ def collect(run: Run, step_key: jax.Array) -> Experience:
     episodes, timing = policy.agent(run.controller).run(
         specs, step_key, row_offset=share.start, total_rows=len(jobs))
     t0 = time.perf_counter()
-    grade(episodes, local_jobs, cfg.reward, cfg.training.max_length)
+    grade(episodes, local_jobs, cfg.reward, cfg.training.max_length, policy.sandbox)
     timing["reward_s"] = time.perf_counter() - t0
     table = gather_rows(episode_table(episodes, policy.problems.stages))
     run.scheduler.update(list(zip(jobs, table["correct"].tolist())))

@@ -117,3 +117,23 @@ def test_evaluate_reads_the_run_config(full_run):
     assert results["step"] == 4
     assert results["tools"] == summary["final"]["tools"]
     assert results["direct"] == summary["final"]["direct"]
+
+
+def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
+    import agentic_jax.rl.rollouts as rollouts_lib
+
+    real, calls = rollouts_lib.grade_batch, []
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rollouts_lib, "grade_batch", recording)
+    cfg = tiny_config(**{"rl.reward_check": "verify", "training.total_steps": 2})
+    train(cfg, str(tmp_path / "verify"), progress=False)
+    # Every grading of the run (steps and evaluations) used the verification layer, with the
+    # problems and the run's sandbox (which runs their tests).
+    assert len(calls) >= 2 + 4
+    for kwargs in calls:
+        assert kwargs["cfg"].use_verification and kwargs["sandbox"] is not None
+        assert kwargs["problems"] and all(p.tests for p in kwargs["problems"])
