@@ -1,181 +1,176 @@
-"""The serving loop of a worker: one request from the host -> one fresh child -> one report.
+"""The serving loop of a worker: prepares children, enforces their deadlines, reaps them.
 
-The next child is requested from the template right after each reply, while the host is busy
-with the result, and the finished child is reaped after the reply, so neither fork nor exit
-teardown sits on the latency path.
+The host talks to each child directly: the server hands it the child's pipes (the code pipe's
+write end, the read ends of stdout, stderr and result) over the channel, so the critical path
+of a snippet is host -> child -> host. The server stays out of it: it forks the next child
+from the template as soon as the current one starts, kills a child at its deadline or when
+the host is done with it, reaps it and reports its exit status.
+
+Channel messages (one JSON object per datagram), server -> host:
+    {"ready": true, ...}                         once, after warm-up
+    {"child": seq} + 4 descriptors               a prepared child, waiting for its code
+    {"exit": seq, "signal", "exit_code", "timed_out", "out_of_memory"}
+    {"fault": text}                              no clean child can be made any more
+host -> server: {"start": seq, "timeout_ms": t} (code delivered), {"done": seq} (kill it now).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import select
 import signal
+import socket
 import time
 
 from agentic_jax.sandbox.cgroup import WorkerCgroup
-from agentic_jax.sandbox.output import OutputCapture
-from agentic_jax.sandbox.protocol import (RESULT_CAP, ChannelClosed, JsonLineReader,
-                                          decode_result, send_json)
 from agentic_jax.sandbox.scratch import Workdirs
 from agentic_jax.sandbox.template import TemplateClient, TemplateLost
 
+MAX_MESSAGE = 1 << 16
+
+
+@dataclasses.dataclass
+class _Child:
+    seq: int
+    workdir: str
+    host_fds: list[int]  # sent to the host once the PID is known, then closed here
+    pid: int = 0
+    pidfd: int = -1
+    deadline: float | None = None
+    killed_by_us: bool = False
+    timed_out: bool = False
 
 
 class Server:
-    """Request loop of the serving process (PID 1 of the worker's namespace)."""
+    """Event loop of the serving process (PID 1 of the worker's namespace)."""
 
     def __init__(self, forker: TemplateClient, workdirs: Workdirs, memcg: WorkerCgroup | None,
-                 max_output_bytes: int, proto_in: int, proto_out: int) -> None:
-        """forker.timeout_s bounds each wait for the template (a fork takes milliseconds)."""
-        self.forker, self.workdirs, self.memcg = forker, workdirs, memcg
-        self.max_output_bytes = max_output_bytes
-        self.proto_in, self.proto_out = proto_in, proto_out
-        self.reader = JsonLineReader(proto_in)
+                 channel: socket.socket) -> None:
+        self.forker, self.workdirs, self.memcg, self.channel = forker, workdirs, memcg, channel
+        self.pending: list[_Child] = []   # asked of the template, PID not yet known
+        self.live: dict[int, _Child] = {}  # by pidfd
+        self.next_seq = 0
+        self.faulted = False
 
     def serve(self) -> None:
-        """Answer requests until the host goes away or the template is lost."""
-        upcoming, lost = self._prefork()
+        """Run until the host closes the channel (or the template is lost and reported)."""
+        self._prepare()
         while True:
-            try:
-                request = self.reader.read()
-            except ChannelClosed:
+            if not self._step():
                 break
-            if upcoming is None:  # no clean process to run it in: say so and retire
-                self._reply({"fault": lost, "started": False, "retire": True})
-                break
-            child, upcoming = upcoming, None
-            report = child.run(request, self.max_output_bytes, self.proto_in, self.memcg)
-            report["retire"] = bool(report.get("fault"))
-            replied = self._reply(report)
-            if replied and not report["retire"]:
-                upcoming, lost = self._prefork()
-            child.finish(self.workdirs)
-            if not replied or report.get("retire"):
-                break
-        if upcoming is not None:
-            upcoming.finish(self.workdirs)
+        for child in list(self.live.values()):
+            _kill(child.pid)
 
-    def _prefork(self) -> tuple[PreforkedChild | None, str]:
-        try:
-            return PreforkedChild(self.forker, self.workdirs), ""
-        except (TemplateLost, OSError) as err:
-            return None, f"the worker cannot start a clean process ({err})"
+    def _step(self) -> bool:
+        deadlines = [c.deadline for c in self.live.values() if c.deadline is not None]
+        timeout = None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
+        # The template socket is watched only while a fork is outstanding: a template that
+        # died while idle is noticed by the next request to it.
+        watched = [self.channel, *([self.forker.sock] if self.pending else []), *self.live]
+        ready, _, _ = select.select(watched, [], [], timeout)
+        for item in ready:
+            if item is self.channel:
+                if not self._on_host_message():
+                    return False
+            elif item is self.forker.sock:
+                self._on_template_answer()
+            elif item in self.live:
+                self._reap(self.live.pop(item))
+        now = time.monotonic()
+        for child in self.live.values():
+            if child.deadline is not None and now >= child.deadline and not child.killed_by_us:
+                child.timed_out = True
+                self._kill(child)
+        return True
 
-    def _reply(self, report: dict) -> bool:
+    def _on_host_message(self) -> bool:
         try:
-            send_json(self.proto_out, report)
-            return True
-        except ChannelClosed:
+            data = self.channel.recv(MAX_MESSAGE)
+        except OSError:
             return False
+        if not data:
+            return False
+        message = json.loads(data)
+        child = next((c for c in self.live.values() if c.seq == message.get("start",
+                      message.get("done"))), None)
+        if "start" in message:
+            if child is not None:
+                child.deadline = time.monotonic() + int(message["timeout_ms"]) / 1e3
+            self._prepare()  # the next child gets ready while this one runs
+        elif "done" in message and child is not None:
+            self._kill(child)
+        return True
 
-
-class PreforkedChild:
-    """A child forked from the template ahead of time, waiting for its one snippet."""
-
-    def __init__(self, forker: TemplateClient, workdirs: Workdirs) -> None:
-        self.forker = forker
-        self.workdir = workdirs.create()
+    def _prepare(self) -> None:
+        """Ask the template for the next child (pipes made here, host ends kept to send)."""
+        if self.faulted:
+            return
+        try:
+            workdir = self.workdirs.create()
+        except OSError as err:
+            self._fault(f"cannot prepare a working directory ({err})")
+            return
         pipes = [os.pipe() for _ in range(4)]  # code (to child), stdout, stderr, result
+        child_ends = [pipes[0][0]] + [w for _, w in pipes[1:]]
+        host_ends = [pipes[0][1]] + [r for r, _ in pipes[1:]]
         try:
-            forker.request(self.workdir, [pipes[0][0]] + [w for _, w in pipes[1:]])
-        finally:
-            os.close(pipes[0][0])
-            for _, write_end in pipes[1:]:
-                os.close(write_end)
-        self.code_fd = pipes[0][1]
-        self.fds = [read_end for read_end, _ in pipes[1:]]
-        self.pid = 0
-
-    def run(self, request: dict, max_output_bytes: int, proto_in: int,
-            memcg: WorkerCgroup | None) -> dict:
-        """Hand over the snippet and supervise it under the wall-clock deadline."""
-        start = time.perf_counter()
-        try:
-            self.pid = self.forker.child_pid()
+            self.forker.request(workdir, child_ends)
         except TemplateLost as err:
-            os.close(self.code_fd)
-            self.code_fd = -1
-            return {"fault": f"the worker cannot start a clean process ({err})",
-                    "started": False}
-        history = [str(block) for block in request.get("history", ())]
-        timeout_ms = int(request["timeout_ms"])
-        captures = [OutputCapture(max_output_bytes), OutputCapture(max_output_bytes),
-                    OutputCapture(2 * RESULT_CAP)]  # the head half holds a whole report
-        try:
-            send_json(self.code_fd, {"code": str(request.get("code", "")),
-                                     "timeout_ms": timeout_ms, "history": history})
-        except ChannelClosed:
-            pass  # the child died during setup; its result pipe says why
-        os.close(self.code_fd)
-        self.code_fd = -1
-        deadline = start + timeout_ms * (1 + len(history)) / 1e3
-        timed_out = _supervise(self.pid, self.fds, captures, deadline, proto_in)
-        _kill(self.pid)  # done or not, nothing of it may outlive this snippet
-        parsed = decode_result(bytes(captures[2].head), captures[2].total)
-        sig = exit_code = None
-        if parsed is None:  # no report: the exit status is the only account of what happened
-            status = self._reap()
-            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-            exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        own_ms = parsed["exec_ms"] if parsed else (time.perf_counter() - start) * 1e3
-        return {"stdout": captures[0].text(), "stderr": captures[1].text(), "result": parsed,
-                "timed_out": timed_out, "signal": sig, "exit_code": exit_code,
-                "out_of_memory": sig == signal.SIGKILL and memcg is not None
-                and memcg.new_oom_kill(), "exec_ms": own_ms}
-
-    def _reap(self) -> int:
-        _, status, _ = os.wait4(self.pid, 0)
-        self.pid = 0
-        return status
-
-    def finish(self, workdirs: Workdirs) -> None:
-        """Kill and reap the child if still there; discard its working directory."""
-        if self.pid:
-            _kill(self.pid)
-            self._reap()
-        elif self.code_fd >= 0:  # never started: the template may still be forking it
-            try:
-                self.pid = self.forker.child_pid()
-                _kill(self.pid)
-                self._reap()
-            except TemplateLost:
-                pass
-        for fd in [self.code_fd, *self.fds]:
-            if fd >= 0:
+            for fd in host_ends:
                 os.close(fd)
-        self.code_fd = -1
-        self.fds = []
-        workdirs.discard(self.workdir)
+            self.workdirs.discard(workdir)
+            self._fault(str(err))
+            return
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        self.pending.append(_Child(self.next_seq, workdir, host_ends))
+        self.next_seq += 1
 
+    def _on_template_answer(self) -> None:
+        child = self.pending.pop(0)
+        try:
+            child.pid = self.forker.child_pid()
+            child.pidfd = os.pidfd_open(child.pid)
+        except (TemplateLost, OSError) as err:
+            for fd in child.host_fds:
+                os.close(fd)
+            self.workdirs.discard(child.workdir)
+            self._fault(str(err))
+            return
+        self.live[child.pidfd] = child
+        self._send({"child": child.seq}, child.host_fds)
+        for fd in child.host_fds:
+            os.close(fd)
+        child.host_fds = []
 
-def _supervise(pid: int, fds: list[int], sinks: list[OutputCapture], deadline: float,
-               proto_in: int) -> bool:
-    """Drain the child's pipes until they all close; kill it at the deadline.
+    def _kill(self, child: _Child) -> None:
+        child.killed_by_us = True
+        _kill(child.pid)
 
-    Returns whether the deadline (or a vanished host) forced the kill.
-    """
-    poller = select.poll()
-    sink_of = dict(zip(fds, sinks))
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    poller.register(proto_in, 0)  # only hang-up: the host went away
-    open_fds = set(fds)
-    while open_fds:
-        remaining_ms = (deadline - time.perf_counter()) * 1e3
-        if remaining_ms <= 0:
-            _kill(pid)
-            return True
-        for fd, events in poller.poll(max(1, int(remaining_ms))):
-            if fd == proto_in:
-                _kill(pid)
-                return True
-            chunk = os.read(fd, 1 << 16) if events & (select.POLLIN | select.POLLHUP) else b""
-            if chunk:
-                sink_of[fd].feed(chunk)
-            else:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-    return False
+    def _reap(self, child: _Child) -> None:
+        _, status, _ = os.wait4(child.pid, 0)
+        os.close(child.pidfd)
+        self.workdirs.discard(child.workdir)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        oom = (sig == signal.SIGKILL and not child.killed_by_us and self.memcg is not None
+               and self.memcg.new_oom_kill())
+        self._send({"exit": child.seq, "signal": sig, "timed_out": child.timed_out,
+                    "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                    "out_of_memory": oom})
+
+    def _fault(self, what: str) -> None:
+        if not self.faulted:
+            self.faulted = True
+            self._send({"fault": f"the worker cannot start a clean process ({what})"})
+
+    def _send(self, message: dict, fds: list[int] = ()) -> None:
+        try:
+            socket.send_fds(self.channel, [json.dumps(message).encode()], list(fds))
+        except OSError:
+            pass  # the host is gone; the next receive ends the loop
 
 
 def _kill(pid: int) -> None:

@@ -12,14 +12,17 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 from agentic_jax.sandbox import cgroup
+from agentic_jax.sandbox.channel import Channel, PreparedChild, drain, write_all
 from agentic_jax.sandbox.child import CHILD_ENV
-from agentic_jax.sandbox.protocol import ChannelClosed, JsonLineReader, send_json
+from agentic_jax.sandbox.output import OutputCapture
+from agentic_jax.sandbox.protocol import RESULT_CAP, ChannelClosed, decode_result
 from agentic_jax.sandbox.scratch import remove_tree
 from agentic_jax.sandbox.types import SandboxConfig
 
@@ -55,10 +58,9 @@ class Worker:
         self._retired = False
         self._proc: subprocess.Popen | None = None
         self._server_pidfd: int | None = None
-        self._reader: JsonLineReader | None = None
+        self._channel: Channel | None = None
         self._scratch: str | None = None
         self._cgroup: str | None = None
-        self._streams: list = []
 
     def spawn(self) -> None:
         """Start the process without waiting for it to become ready (owner only)."""
@@ -67,22 +69,26 @@ class Worker:
             if self._retired:
                 raise WorkerDied("the sandbox is closed")
             self._cgroup = cgroup.create()
-            payload = {"whitelist": list(self.cfg.whitelist), "memory_mb": self.cfg.memory_mb,
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            payload = {"channel_fd": theirs.fileno(),"whitelist": list(self.cfg.whitelist), "memory_mb": self.cfg.memory_mb,
                        "disk_mb": self.cfg.disk_mb, "max_open_files": self.cfg.max_open_files,
                        "max_output_bytes": self.cfg.max_output_bytes,
                        "uid": self.cfg.sandbox_uid, "gid": self.cfg.sandbox_gid,
                        "grace_ms": self.cfg.grace_ms, "cgroup": self._cgroup}
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, _PACKAGE_ROOT, json.dumps(payload)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env=_WORKER_ENV, cwd="/", start_new_session=True, close_fds=True)
-            self._streams = [self._proc.stdin, self._proc.stdout]
-            self._reader = JsonLineReader(self._proc.stdout.fileno())
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _BOOT, _PACKAGE_ROOT, json.dumps(payload)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, env=_WORKER_ENV, cwd="/",
+                    start_new_session=True, pass_fds=(theirs.fileno(),))
+            finally:
+                theirs.close()
+            self._channel = Channel(ours)
 
     def wait_ready(self) -> None:
         """Block until the worker has warmed up; raises WorkerDied if it fails to start."""
         try:
-            hello = self._reader.read(time.monotonic() + STARTUP_TIMEOUT_S)
+            hello = self._channel.receive(time.monotonic() + STARTUP_TIMEOUT_S)
         except (ChannelClosed, OSError) as err:
             self.kill()
             raise WorkerDied(f"sandbox worker failed to start: {err}") from err
@@ -103,25 +109,54 @@ class Worker:
         return proc.pid if proc is not None else None
 
     def execute(self, code: str, timeout_ms: int, history: list[str]) -> dict:
-        """Run one snippet; returns the worker's report. Raises WorkerDied (worker killed).
+        """Run one snippet on the next prepared child; returns the report (see
+        `output.classify`). Raises WorkerDied (worker killed or hung).
 
         The report's "started" is False when the worker knows the code never ran.
         """
         if not self.alive:
-            raise WorkerDied("sandbox worker is not running")
-        budget_ms = timeout_ms * (1 + len(history))
-        deadline = time.monotonic() + (budget_ms + self.cfg.grace_ms) / 1e3
+            raise WorkerDied("sandbox worker is not running", False)
+        budget_s = timeout_ms * (1 + len(history)) / 1e3
+        deadline = time.monotonic() + budget_s + self.cfg.grace_ms / 1e3
         try:
-            send_json(self._proc.stdin.fileno(), {"code": code, "timeout_ms": timeout_ms,
-                                                  "history": history})
-        except (ChannelClosed, OSError, AttributeError) as err:
+            child = self._channel.next_child(deadline)
+        except (ChannelClosed, OSError) as err:
             self.kill()
-            raise WorkerDied(f"request not delivered: {err}", False) from err
+            raise WorkerDied(str(err), False) from err
+        if isinstance(child, str):
+            return {"fault": child, "started": False, "retire": True}
         try:
-            return self._reader.read(deadline)
+            return self._run_on(child, code, timeout_ms, history, budget_s, deadline)
         except (ChannelClosed, OSError) as err:
             self.kill()
             raise WorkerDied(str(err)) from err
+        finally:
+            child.close()
+
+    def _run_on(self, child: PreparedChild, code: str, timeout_ms: int, history: list[str],
+                budget_s: float, deadline: float) -> dict:
+        start = time.monotonic()
+        request = json.dumps({"code": code, "timeout_ms": timeout_ms, "history": history})
+        delivered = write_all(child.code_fd, request.encode(), deadline)
+        child.close_code()
+        self._channel.send({"start": child.seq, "timeout_ms": int(budget_s * 1e3)})
+        captures = [OutputCapture(self.cfg.max_output_bytes),
+                    OutputCapture(self.cfg.max_output_bytes), OutputCapture(2 * RESULT_CAP)]
+        if not drain(child.out_fds, captures, deadline):
+            raise ChannelClosed("deadline passed")
+        late = time.monotonic() - start >= budget_s
+        self._channel.send({"done": child.seq})
+        parsed = decode_result(bytes(captures[2].head), captures[2].total)
+        status = {}
+        if parsed is None or late:  # only the exit status can tell what happened
+            status = self._channel.exit_of(child.seq, deadline)
+        if not delivered and parsed is None and status.get("signal") is None:
+            return {"fault": "the prepared child was gone", "started": False, "retire": True}
+        return {"stdout": captures[0].text(), "stderr": captures[1].text(), "result": parsed,
+                "timed_out": bool(status.get("timed_out")), "signal": status.get("signal"),
+                "exit_code": status.get("exit_code"),
+                "out_of_memory": bool(status.get("out_of_memory")),
+                "exec_ms": parsed["exec_ms"] if parsed else (time.monotonic() - start) * 1e3}
 
     def kill(self) -> None:
         """Kill every process of the worker and wait until all are gone (any thread)."""
@@ -135,12 +170,12 @@ class Worker:
             self._kill_locked()
 
     def release(self) -> None:
-        """Close the pipes of a killed worker (owner only, or when no call can be running)."""
+        """Close the channel of a killed worker (owner only, or when no call can be running)."""
         with self._lock:
             self._kill_locked()
-            for stream in self._streams:
-                stream.close()
-            self._streams = []
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
 
     def _kill_locked(self) -> None:
         proc = self._proc

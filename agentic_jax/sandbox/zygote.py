@@ -1,7 +1,7 @@
 """A warm worker ("zygote"): imports the whitelist once, isolates itself, serves snippets.
 
-Started by the host as `python -I -c BOOT ROOT CONFIG_JSON`. Talks JSON lines on its original
-stdin/stdout. Layout when namespaces are available:
+Started by the host as `python -I -c BOOT ROOT CONFIG_JSON` with one end of a Unix socket
+pair (the channel, see `server`) as descriptor cfg["channel_fd"]. Layout with namespaces:
     outer process (host's child)  -- waits only
       └ server, PID 1 of a new PID namespace: reads requests, supervises children, reports
           ├ template: forked before the first request; forks every child (CLONE_PARENT)
@@ -15,11 +15,11 @@ import importlib
 import json
 import os
 import signal
+import socket
 import tempfile
 
 from agentic_jax.sandbox import cgroup, isolation, server, syscalls, template
 from agentic_jax.sandbox.child import ChildPlan, run_child
-from agentic_jax.sandbox.protocol import send_json
 from agentic_jax.sandbox.scratch import Workdirs, remove_tree
 
 # Headroom of the memory cgroup beyond the snippet's own budget: copy-on-write copies of the
@@ -72,17 +72,14 @@ def warm_up(whitelist: list[str]) -> list[str]:
 def main(config_json: str) -> None:
     """Worker entry point; never returns."""
     cfg = json.loads(config_json)
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)  # stray prints from libraries must not corrupt the protocol
+    channel_fd = cfg["channel_fd"]
     missing = warm_up(cfg["whitelist"])
     bpf = syscalls.compile_seccomp_filter()
     memcg = _open_cgroup(cfg)
     is_root = os.geteuid() == 0
     layers = isolation.enter_namespaces(is_root)
     if layers["pid_namespace"]:
-        _become_pid_one(proto_in, proto_out)
+        _become_pid_one(channel_fd)
     syscalls.set_process_name("sandbox-server")
     scratch, host_visible = _prepare_scratch(cfg, layers)
     layers.update(privilege_drop=is_root, seccomp=bpf is not None, resource_limits=True,
@@ -99,13 +96,13 @@ def main(config_json: str) -> None:
     # The host gives up on a worker grace_ms after a snippet's deadline; a lost template must
     # be noticed well before, so that the request is reported as never started.
     forker = template.start(lambda workdir, fds: run_child(plan, workdir, fds),
-                            drop=[proto_in, proto_out], timeout_s=cfg["grace_ms"] / 3e3)
+                            drop=[channel_fd], timeout_s=cfg["grace_ms"] / 3e3)
     workdirs = Workdirs(scratch, cfg["disk_mb"], mounts=not host_visible, uid=uid, gid=gid)
+    channel = socket.socket(fileno=channel_fd)
     try:
-        send_json(proto_out, {"ready": True, "layers": layers, "missing": missing,
-                              "scratch": scratch if host_visible else None})
-        server.Server(forker, workdirs, memcg, cfg["max_output_bytes"], proto_in,
-                      proto_out).serve()
+        channel.send(json.dumps({"ready": True, "layers": layers, "missing": missing,
+                                 "scratch": scratch if host_visible else None}).encode())
+        server.Server(forker, workdirs, memcg, channel).serve()
     finally:
         if host_visible:
             remove_tree(scratch)
@@ -126,7 +123,7 @@ def _open_cgroup(cfg: dict) -> cgroup.WorkerCgroup | None:
         return None
 
 
-def _become_pid_one(proto_in: int, proto_out: int) -> None:
+def _become_pid_one(channel_fd: int) -> None:
     """Fork the serving process into the new PID namespace; the outer one only waits.
 
     Should the outer process die before the death signal is armed, the host still reaches the
@@ -134,8 +131,7 @@ def _become_pid_one(proto_in: int, proto_out: int) -> None:
     """
     pid = os.fork()
     if pid:
-        os.close(proto_in)
-        os.close(proto_out)
+        os.close(channel_fd)
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -24,6 +24,9 @@ def subreaper():
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     yield
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    for proc in psutil.Process().children():  # reap the adopted servers, nobody else will
+        if proc.name().startswith("sandbox-") and proc.status() == psutil.STATUS_ZOMBIE:
+            os.waitpid(proc.pid, 0)
 
 
 def _descendants() -> set[int]:
@@ -100,10 +103,10 @@ def test_sigstop_of_a_process_level_is_bounded(level):
         first = box.run(_work(1))
         second = box.run(_work(2))
         elapsed = time.monotonic() - start
-        if level == "template":  # the prepared child still serves; the next one is re-run
-            assert first.ok and second.ok, (first, second)
-        else:
-            assert first.error in ("TimeoutError", "SystemError"), first
+        if level == "child":  # the server kills it at the deadline, stopped or not
+            assert first.error == "TimeoutError", first
+        else:  # the prepared child still serves; a request the worker could not start is
+            assert first.ok and second.ok, (first, second)  # re-run on the replacement
         assert elapsed < 30
         probe(box)
     assert _descendants() <= before
