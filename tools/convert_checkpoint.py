@@ -5,7 +5,9 @@
     python tools/convert_checkpoint.py hf-to-hf --src HF_DIR --dst HF_DIR2 --dtype bfloat16
 
 An orbax parameter checkpoint is a directory with `model_config.json` (the ModelConfig fields)
-and `params/` (orbax StandardCheckpointer, the model's parameters as a nested dict).
+and `params/` (orbax StandardCheckpointer, the model's parameters as a nested dict). A training
+run's directory is not one: tools/export_hf.py exports runs (and writes the checkpoints that
+`checkpoint.init_from` reads). Errors are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def load_orbax(directory: Path) -> Transformer:
     """Reads an orbax parameter checkpoint written by `save_orbax`."""
     directory = directory.absolute()
     config_file = directory / CONFIG_FILE
+    if (directory / "checkpoints").is_dir() or (directory.name == "checkpoints"):
+        run = directory.parent if directory.name == "checkpoints" else directory
+        raise ValueError(f"{directory}: a training run's checkpoints, not a parameter "
+                         f"checkpoint; export it with: python tools/export_hf.py "
+                         f"--workdir={run} --out=DIR")
     if not config_file.exists():
         raise FileNotFoundError(f"{config_file}: not found (not an orbax parameter checkpoint)")
     cfg = ModelConfig(**json.loads(config_file.read_text()))
@@ -61,6 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value_head", action="store_true",
                         help="keep (or add a zero-initialised) value head")
     args = parser.parse_args(argv)
+    try:
+        convert(args)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"convert_checkpoint: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def convert(args: argparse.Namespace) -> None:
     if args.direction == "orbax-to-hf":
         model = load_orbax(args.src)
     else:
@@ -68,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.direction == "hf-to-orbax":
         save_orbax(model, args.dst)
     else:
-        save_pretrained(model, args.dst)
+        source = args.src if args.direction == "hf-to-hf" else None
+        save_pretrained(model, args.dst, source_dir=source)
     print(f"wrote {args.dst} ({model.cfg.num_params():,} parameters, {model.cfg.family})")
-    return 0
 
 
 if __name__ == "__main__":

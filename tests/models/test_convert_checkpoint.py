@@ -33,8 +33,21 @@ def test_hf_orbax_hf_round_trip(tmp_path):
     for name, tensor in original.items():
         np.testing.assert_array_equal(back[name], tensor, err_msg=name)
     with pytest.raises(FileExistsError, match="params"):
-        convert.main(["hf-to-orbax", "--src", str(tmp_path / "hf"),
-                      "--dst", str(tmp_path / "orbax")])
+        convert.save_orbax(convert.load_orbax(tmp_path / "orbax"), tmp_path / "orbax")
+    assert convert.main(["hf-to-orbax", "--src", str(tmp_path / "hf"),
+                         "--dst", str(tmp_path / "orbax")]) == 2
+
+
+@pytest.mark.parametrize("src", ["run", "run/checkpoints", "missing"])
+def test_run_directories_and_bad_paths_get_one_line_not_a_traceback(tmp_path, capsys, src):
+    (tmp_path / "run" / "checkpoints" / "4").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text("{}")
+    code = convert.main(["orbax-to-hf", "--src", str(tmp_path / src),
+                         "--dst", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("convert_checkpoint: ") and "\n" not in err
+    if src != "missing":
+        assert f"tools/export_hf.py --workdir={tmp_path / 'run'}" in err
 
 
 def test_hf_to_hf_casts_to_bfloat16(tmp_path):

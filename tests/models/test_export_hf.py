@@ -1,0 +1,126 @@
+"""tools/export_hf.py: a run's checkpoint -> an HF directory transformers loads with the trained
+logits; an HF directory -> a checkpoint that `checkpoint.init_from` reads."""
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import transformers
+from flax import nnx
+
+from agentic_jax.data.tokenizer import ASSET_DIR
+from agentic_jax.models import ADAPTERS, from_pretrained
+from agentic_jax.utils import Checkpointer
+from hf_testing import build, load_logits
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_tool(name):
+    spec = importlib.util.spec_from_file_location(name, _REPO / "tools" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+export_hf = _load_tool("export_hf")
+TOKENS = np.random.default_rng(0).integers(0, 90, (2, 10)).astype(np.int32)
+
+
+def _smoke_config(**model) -> dict:
+    spec = importlib.util.spec_from_file_location("math_ppo", _REPO / "configs" / "math_ppo.py")
+    config = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(config)
+    resolved = config.get_config("smoke").to_dict()
+    resolved["model"].update(model)
+    return resolved
+
+
+def _trained(cfg, seed):
+    """A policy whose every parameter (adapters included) differs from its initialisation."""
+    model = export_hf.Transformer(cfg, rngs=nnx.Rngs(seed))
+    state = nnx.state(model)
+    keys = iter(jax.random.split(jax.random.key(seed), len(jax.tree.leaves(state))))
+    nnx.update(model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape),
+                                   state))
+    return model
+
+
+def _write_run(workdir: Path, config: dict, steps=(2, 4)):
+    """A run directory as training leaves it: config.json and full training states."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.json").write_text(json.dumps(config))
+    cfg = export_hf.run_model(workdir).cfg
+    models = {}
+    with Checkpointer(str(workdir / "checkpoints"), async_save=False) as checkpointer:
+        for step in steps:
+            models[step] = _trained(cfg, step)
+            params = nnx.to_pure_dict(nnx.state(models[step]))
+            tree = {"params": params, "opt_state": {"mu": params}, "step": np.int32(step),
+                    "rng": np.zeros(2, np.uint32)}
+            checkpointer.maybe_save(step, tree, {"scheduler": {}}, force=True)
+    return models
+
+
+def test_run_with_the_builtin_model_exports_its_trained_logits(tmp_path):
+    models = _write_run(tmp_path / "run", _smoke_config())
+    assert export_hf.main(["--workdir", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    np.testing.assert_allclose(load_logits(tmp_path / "hf", TOKENS), models[4](TOKENS),
+                               atol=1e-5, rtol=0)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == tokenizer.eos_token_id is not None
+    assert export_hf.main(["--workdir", str(tmp_path / "run"), "--step", "2",
+                           "--out", str(tmp_path / "hf2")]) == 0
+    np.testing.assert_allclose(load_logits(tmp_path / "hf2", TOKENS), models[2](TOKENS),
+                               atol=1e-5, rtol=0)
+
+
+def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path):
+    source = tmp_path / "qwen3"
+    build(transformers.Qwen3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=12, eos_token_id=[1, 2],
+        bos_token_id=None)).save_pretrained(source)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(ASSET_DIR / name, source / name)
+    (source / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 2, 3]}))
+    config = _smoke_config(path=str(source), lora_rank=4, lora_alpha=8.0)
+    models = _write_run(tmp_path / "run", config, steps=(3,))
+    assert models[3].cfg.lora_rank == 4 and jax.tree.leaves(nnx.state(models[3], ADAPTERS))
+    out = tmp_path / "hf"
+    assert export_hf.main(["--workdir", str(tmp_path / "run"), "--out", str(out)]) == 0
+    np.testing.assert_allclose(load_logits(out, TOKENS), models[3](TOKENS), atol=2e-5, rtol=0)
+    assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": [1, 2, 3]}
+    assert json.loads((out / "config.json").read_text())["eos_token_id"] == [1, 2]
+    assert (out / "chat_template.jinja").read_text() == (source / "chat_template.jinja").read_text()
+
+
+def test_hf_to_checkpoint_is_read_as_a_run_checkpoint(tmp_path):
+    source = tmp_path / "llama"
+    build(transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2)).save_pretrained(source)
+    out = tmp_path / "init"
+    assert export_hf.main(["--hf", str(source), "--out", str(out), "--value_head"]) == 0
+    model = from_pretrained(source, value_head=True)
+    like = nnx.to_pure_dict(nnx.state(model))
+    with Checkpointer(str(out / "checkpoints"), async_save=False) as checkpointer:
+        restored = checkpointer.restore_latest({"params": like})
+    assert restored.step == 0
+    jax.tree.map(np.testing.assert_array_equal, restored.state["params"], like)
+    assert export_hf.main(["--hf", str(source), "--out", str(out)]) == 2  # never overwritten
+
+
+def test_bad_directories_get_one_line(tmp_path, capsys):
+    assert export_hf.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"export_hf: {tmp_path}: not a run directory (config.json and checkpoints/ expected)")
+    _write_run(tmp_path / "run", _smoke_config(), steps=(1,))
+    assert export_hf.main(["--workdir", str(tmp_path / "run"), "--step", "7",
+                           "--out", str(tmp_path / "o")]) == 2
+    assert "--step=7: no such checkpoint" in capsys.readouterr().err
