@@ -7,7 +7,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import logging
-import queue
 import threading
 import time
 import weakref
@@ -42,7 +41,7 @@ class Sandbox:
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig()
         self._lock = threading.Lock()
-        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        self._idle = _FairPool()
         self._workers = [Worker(self.cfg) for _ in range(self.cfg.workers)]
         self._cache: collections.OrderedDict[tuple, ExecResult] = collections.OrderedDict()
         self._latencies: collections.deque[float] = collections.deque(maxlen=_LATENCY_WINDOW)
@@ -56,7 +55,7 @@ class Sandbox:
                 worker.spawn()
             for worker in self._workers:
                 worker.wait_ready()
-                self._idle.put(worker)
+                self._idle.release(worker)
         except BaseException:
             self.close()
             raise
@@ -210,13 +209,13 @@ class Sandbox:
 
     def _dispatch(self, code: str, timeout_ms: int, history: list[str],
                   start: float) -> ExecResult:
-        worker = self._idle.get()
+        worker = self._idle.acquire()
         self._bump("running", 1)
         try:
             result = self._attempt(worker, code, timeout_ms, history, start)
         finally:
             self._bump("running", -1)
-            self._idle.put(worker)  # even when closed: callers queued behind it must finish
+            self._idle.release(worker)  # even when closed: callers queued behind it must finish
         with self._lock:
             self._latencies.append(result.duration_ms)
             self._counts["completed"] += 1
@@ -279,6 +278,35 @@ class Sandbox:
             self._cache[key] = result
             while len(self._cache) > self.cfg.cache_size:
                 self._cache.popitem(last=False)
+
+
+class _FairPool:
+    """Idle workers handed out first come, first served (a free worker goes straight to the
+    longest waiting caller), so that no caller starves under a flood of others."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: collections.deque[Worker] = collections.deque()
+        self._waiting: collections.deque[tuple[threading.Event, list[Worker]]] = \
+            collections.deque()
+
+    def acquire(self) -> Worker:
+        with self._lock:
+            if self._idle and not self._waiting:
+                return self._idle.popleft()
+            ticket: tuple[threading.Event, list[Worker]] = (threading.Event(), [])
+            self._waiting.append(ticket)
+        ticket[0].wait()
+        return ticket[1][0]
+
+    def release(self, worker: Worker) -> None:
+        with self._lock:
+            if not self._waiting:
+                self._idle.append(worker)
+                return
+            event, slot = self._waiting.popleft()
+        slot.append(worker)
+        event.set()
 
 
 def _closed_result(start: float) -> ExecResult:
