@@ -1,6 +1,9 @@
-"""Pallas flash attention (forward + backward, causal, GQA, segment ids) and its reference."""
+"""Pallas flash attention (forward + backward, causal, GQA, segment ids), its reference, and
+attention over a paged KV cache (decode kernel + XLA gather path)."""
 
 from agentic_jax.kernels.flash_attention import flash_attention
+from agentic_jax.kernels.paged_attention import paged_attention_xla, paged_decode_attention
 from agentic_jax.kernels.reference import reference_attention
 
-__all__ = ["flash_attention", "reference_attention"]
+__all__ = ["flash_attention", "paged_attention_xla", "paged_decode_attention",
+           "reference_attention"]

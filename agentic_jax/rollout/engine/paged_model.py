@@ -1,0 +1,212 @@
+"""The engine's device programs: the transformer over a paged KV cache, prefill and decode.
+
+The pool holds K and V of every layer as [L, Hkv, P, page_size, D]. A sequence's KV lives in the
+pages of its block table (row of int32 [B, W]); position p sits in page table[p // page_size] at
+offset p % page_size. A token's K/V is written before its queries read, so attention masked by
+position (keys <= the query's position) never sees a stale slot.
+
+Slot state follows the "feed the last token" convention: ``length`` positions have K/V in the
+pool and ``last_token`` (at position ``length``) has not been run yet. A decode step runs it,
+writes its K/V, and samples the token at position length + 1 with fold_in(key, length + 1),
+which is the key the static sampler draws that position with.
+
+All programs are module-level jits with the graph definition static and the pool donated, so
+engines of equal models share compilations and decoding allocates no new cache memory.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from agentic_jax.kernels.paged_attention import (
+    PagePairs,
+    paged_attention_xla,
+    paged_decode_attention,
+    ragged_decode_attention_xla,
+)
+from agentic_jax.models import ModelConfig
+from agentic_jax.models.layers import dense
+from agentic_jax.models.lora import adapter_output
+from agentic_jax.models.rope import rope_inverse_frequencies
+from agentic_jax.rollout.sampling import sample_tokens
+
+
+@struct.dataclass
+class PagedKV:
+    """k, v: [L, Hkv, P, page_size, D] in the model's compute dtype."""
+
+    k: jax.Array
+    v: jax.Array
+
+    @property
+    def page_size(self) -> int:
+        return self.k.shape[3]
+
+    @property
+    def num_pages(self) -> int:
+        return self.k.shape[2]
+
+
+def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int) -> PagedKV:
+    shape = (cfg.num_layers, cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
+    return PagedKV(k=jnp.zeros(shape, cfg.compute_dtype), v=jnp.zeros(shape, cfg.compute_dtype))
+
+
+class SlotState(NamedTuple):
+    """Per decode slot [S]: last_token, length (positions with K/V), budget (tokens it may still
+    generate), live (decoding), keys (uint32 PRNG key data [S, 2]), stop_ids [S, K] (pad -1)."""
+
+    last_token: jax.Array
+    length: jax.Array
+    budget: jax.Array
+    live: jax.Array
+    keys: jax.Array
+    stop_ids: jax.Array
+
+
+class DecodeOut(NamedTuple):
+    """tokens / logprobs / values [S, N] (first count[s] valid), count [S], stopped [S] (emitted a
+    stop id), steps (decode steps run), and the updated slot state and pool."""
+
+    tokens: jax.Array
+    logprobs: jax.Array
+    values: jax.Array
+    count: jax.Array
+    stopped: jax.Array
+    steps: jax.Array
+    slots: SlotState
+    kv: PagedKV
+
+
+def resolve_decode_impl(impl: str) -> str:
+    """"auto" -> "pallas" on GPU/TPU, "xla" elsewhere."""
+    if impl == "auto":
+        return "pallas" if jax.default_backend() in ("gpu", "cuda", "rocm", "tpu") else "xla"
+    return impl
+
+
+def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
+                  decode_impl: str | None = None, pairs: PagePairs | None = None):
+    """tokens / positions int32 [B, T], valid bool [B, T] -> (hidden [B, T, E], kv).
+
+    Valid tokens write their K/V at their positions; invalid ones write nothing. Attention: over
+    the block tables for a chunk (T >= 1); for a decode step (T == 1) over the page ``pairs``
+    (XLA, cost by real length) or with ``decode_impl`` through `paged_decode_attention`.
+    """
+    cfg = model.cfg
+    page_size, num_pages = kv.page_size, kv.num_pages
+    page = jnp.take_along_axis(block_tables, positions // page_size, axis=1)
+    page = jnp.where(valid, page, num_pages)            # out of range: the write is dropped
+    offset = positions % page_size
+    inv_freq = rope_inverse_frequencies(cfg)
+    graphdef, block_state = nnx.split(model.blocks)
+
+    def body(carry, layer_inputs):
+        x, pool_k, pool_v = carry
+        layer_state, layer = layer_inputs
+        block = nnx.merge(graphdef, layer_state)
+        attn = block.attn
+        h = block.attn_norm(x)
+        # The block's own projections (bias, q/k norm, RoPE scaling, LoRA), attention over pages.
+        q = attn._rope(attn._project(h, "q", True), "q", positions, inv_freq)
+        k = attn._rope(attn._project(h, "k", True), "k", positions, inv_freq)
+        v = attn._project(h, "v", True)
+        pool_k = pool_k.at[layer, :, page, offset].set(k.astype(pool_k.dtype), mode="drop")
+        pool_v = pool_v.at[layer, :, page, offset].set(v.astype(pool_v.dtype), mode="drop")
+        layer_k = jax.lax.dynamic_index_in_dim(pool_k, layer, keepdims=False)
+        layer_v = jax.lax.dynamic_index_in_dim(pool_v, layer, keepdims=False)
+        if pairs is not None:
+            out = ragged_decode_attention_xla(q[:, 0], layer_k, layer_v, pairs,
+                                              positions[:, 0])[:, None]
+        elif decode_impl is None:
+            out = paged_attention_xla(q, layer_k, layer_v, block_tables, positions)
+        else:
+            out = paged_decode_attention(q[:, 0], layer_k, layer_v, block_tables,
+                                         positions[:, 0] + 1, impl=decode_impl)[:, None]
+        projected = dense(out, attn.o_kernel[...].astype(cfg.compute_dtype), in_dims=2)
+        x = x + adapter_output(attn, "o_proj", out.reshape(*out.shape[:2], -1), projected,
+                               cfg.lora_scale)
+        x = x + block.mlp(block.mlp_norm(x))
+        return (x, pool_k, pool_v), None
+
+    x = model.embed[...].astype(cfg.compute_dtype)[tokens]
+    layers = jnp.arange(cfg.num_layers)
+    (x, pool_k, pool_v), _ = jax.lax.scan(
+        body, (x, kv.k, kv.v), (block_state, layers),
+        unroll=min(cfg.scan_unroll, cfg.num_layers))
+    return model.final_norm(x), PagedKV(k=pool_k, v=pool_v)
+
+
+def _prefill(graphdef, params, kv: PagedKV, tokens, start, chunk_lens, block_tables) -> PagedKV:
+    """Writes K/V of tokens [R, C] (row r's first chunk_lens[r], from position start[r])."""
+    model = nnx.merge(graphdef, params)
+    width = tokens.shape[1]
+    positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)
+    valid = jnp.arange(width)[None, :] < chunk_lens[:, None]
+    _, kv = forward_paged(model, tokens, positions, valid, kv, block_tables)
+    return kv
+
+
+def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs: PagePairs,
+            temperature, top_p, return_after, *, num_steps: int, top_k: int, use_filter: bool,
+            attention_impl: str) -> DecodeOut:
+    """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
+
+    Attention reads ``pairs`` (every page of every live slot, covering the whole round trip)
+    when ``attention_impl`` is "xla", the block tables otherwise.
+
+    A slot stops after a stop id or when its budget is spent. The loop ends early once
+    ``return_after`` slots have stopped (so the host can refill them) or none is live.
+    """
+    model = nnx.merge(graphdef, params)
+    use_pairs = pairs if attention_impl == "xla" else None
+    num_slots = slots.live.shape[0]
+    zeros = jnp.zeros((num_slots, num_steps))
+    init = (jnp.int32(0), kv, slots, zeros.astype(jnp.int32), zeros, zeros,
+            jnp.zeros((num_slots,), jnp.int32), jnp.zeros((num_slots,), bool), jnp.int32(0))
+
+    def cond(carry):
+        step, _, st, _, _, _, _, _, ended = carry
+        return (step < num_steps) & jnp.any(st.live) & (ended < return_after)
+
+    def body(carry):
+        step, kv, st, toks, lps, vals, count, stopped, ended = carry
+        hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
+                                   st.live[:, None], kv, block_tables,
+                                   decode_impl=attention_impl, pairs=use_pairs)
+        logits = model._logits(hidden)[:, 0]
+        values = model._values(hidden)
+        values = jnp.zeros((num_slots,)) if values is None else values[:, 0]
+        keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)
+        tok, lp = sample_tokens(logits, keys, temperature=temperature, top_k=top_k,
+                                top_p=top_p, use_filter=use_filter)
+        live = st.live
+        toks = toks.at[:, step].set(jnp.where(live, tok, 0))
+        lps = lps.at[:, step].set(jnp.where(live, lp, 0.0))
+        vals = vals.at[:, step].set(jnp.where(live, values, 0.0))
+        hit_stop = live & jnp.any(tok[:, None] == st.stop_ids, axis=-1)
+        budget = st.budget - live
+        done = hit_stop | (live & (budget <= 0))
+        st = st._replace(last_token=jnp.where(live, tok, st.last_token),
+                         length=st.length + live, budget=budget, live=live & ~done)
+        return (step + 1, kv, st, toks, lps, vals, count + live, stopped | hit_stop,
+                ended + jnp.sum(done))
+
+    step, kv, slots, toks, lps, vals, count, stopped, _ = jax.lax.while_loop(cond, body, init)
+    return DecodeOut(toks, lps, vals, count, stopped, step, slots, kv)
+
+
+def _copy_pages(kv: PagedKV, src, dst) -> PagedKV:
+    """Copies pages src [n] -> dst [n] in every layer (dst == num_pages is a no-op)."""
+    return PagedKV(k=kv.k.at[:, :, dst].set(kv.k[:, :, src], mode="drop"),
+                   v=kv.v.at[:, :, dst].set(kv.v[:, :, src], mode="drop"))
+
+
+prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnums=(2,))
+decode_jit = jax.jit(_decode, static_argnums=(0,), donate_argnums=(2, 3),
+                     static_argnames=("num_steps", "top_k", "use_filter", "attention_impl"))
+copy_pages_jit = jax.jit(_copy_pages, donate_argnums=(0,))

@@ -1,0 +1,130 @@
+"""The engine's records: its configuration, a request, the events it returns, its statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Hashable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from agentic_jax.rollout.sampler import SamplingParams
+
+# Called with the model tokens of the current turn (since admission or the last resume);
+# returns None to keep decoding, or n to keep the first n tokens and pause the sequence there.
+PauseHook = Callable[[Sequence[int]], "int | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Args:
+    num_slots: decode slots, the fixed row count of the compiled decode step.
+    page_size: token positions per KV page.
+    kv_pages: the page pool's size; or kv_cache_mb, a budget in MiB for K and V of all layers.
+      With neither, the pool holds num_slots sequences of max_seq_len tokens.
+    max_seq_len: the longest sequence (prompt + generated + appended) a request may reach.
+    decode_steps: decode steps per device round trip (one `lax.while_loop`); the loop also
+      returns early when a slot finishes while requests wait.
+    prefill_chunk: context tokens one sequence prefills per engine step (chunked prefill).
+    prefill_rows: sequences prefilled together in one step.
+    attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
+    sampling: temperature / top-p / top-k, shared by all requests.
+    """
+
+    num_slots: int = 32
+    page_size: int = 16
+    kv_pages: int | None = None
+    kv_cache_mb: float | None = None
+    max_seq_len: int = 2048
+    decode_steps: int = 32
+    prefill_chunk: int = 256
+    prefill_rows: int = 4
+    attention_impl: str = "auto"
+    sampling: SamplingParams = SamplingParams()
+
+    def __post_init__(self):
+        for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
+                     "prefill_rows"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"rollout engine: {name} must be positive, got "
+                                 f"{getattr(self, name)}")
+        if self.kv_pages is not None and self.kv_cache_mb is not None:
+            raise ValueError("rollout engine: give kv_pages or kv_cache_mb, not both")
+        if self.kv_pages is not None and self.kv_pages <= 0:
+            raise ValueError(f"rollout engine: kv_pages must be positive, got {self.kv_pages}")
+        if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
+            raise ValueError(f"rollout engine: kv_cache_mb must be positive, got "
+                             f"{self.kv_cache_mb}")
+        if self.attention_impl not in ("xla", "pallas", "auto"):
+            raise ValueError(f"rollout engine: attention_impl must be xla/pallas/auto, got "
+                             f"{self.attention_impl!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One sequence to sample: a prompt (one sample of a group; equal prompts share pages).
+
+    Args:
+      request_id: any hashable, unique among the engine's live requests.
+      prompt: token ids, at least one.
+      max_new_tokens: tokens allowed after the prompt, generated or appended on resume.
+      key: PRNG key of this sequence; the token at position p is drawn with fold_in(key, p), so
+        the tokens do not depend on scheduling.
+      stop_tokens: ids that finish the sequence once emitted (the id is kept).
+      pause: optional `PauseHook`, checked on the host after every decode round trip.
+    """
+
+    request_id: Hashable
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    key: jax.Array
+    stop_tokens: tuple[int, ...] = ()
+    pause: PauseHook | None = None
+
+
+class Event(NamedTuple):
+    """A sequence left its slot.
+
+    kind: "finished" (reason "stop" | "length") or "paused" (reason "pause"; pages kept for
+      `Engine.resume`, or freed with `Engine.release`).
+    tokens: the model tokens of the turn that just ended (since admission or the last resume).
+    logprobs: float32 [n], log-probs of those tokens under the untempered policy.
+    values: float32 [n], the value head at the position before each token (0 without a head).
+    """
+
+    request_id: Hashable
+    kind: str
+    reason: str
+    tokens: list[int]
+    logprobs: np.ndarray
+    values: np.ndarray
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Counters since the engine was built. slot_utilisation = token_steps / slot_steps."""
+
+    pool_pages: int
+    page_bytes: int
+    slot_steps: int = 0
+    token_steps: int = 0
+    decode_calls: int = 0
+    prefill_calls: int = 0
+    prefill_tokens: int = 0
+    pages_in_use: int = 0
+    pages_peak: int = 0
+    preemptions: int = 0
+    prefix_hits: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+    @property
+    def slot_utilisation(self) -> float:
+        return self.token_steps / self.slot_steps if self.slot_steps else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: float(v) for k, v in dataclasses.asdict(self).items()}
+        out["slot_utilisation"] = self.slot_utilisation
+        out["kv_peak_bytes"] = float(self.pages_peak * self.page_bytes)
+        out["kv_pool_bytes"] = float(self.pool_pages * self.page_bytes)
+        return out

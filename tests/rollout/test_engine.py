@@ -1,0 +1,215 @@
+"""The rollout engine: scheduling never changes a sequence's tokens; pages are accounted exactly;
+a paused sequence resumed with appended tokens continues as if they had been in its prompt."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rollout import generate
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
+from agentic_jax.rollout.sampler import Sampler, SamplingParams
+
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
+# Ragged, with repeats (a group of three and a pair share their prompts), lengths around the
+# page sizes used below.
+_RNG = np.random.default_rng(0)
+_UNIQUE = [_RNG.integers(3, 64, n).tolist() for n in (1, 5, 8, 9, 17, 3, 30)]
+PROMPTS = [_UNIQUE[0], _UNIQUE[1], _UNIQUE[3], _UNIQUE[1], _UNIQUE[2], _UNIQUE[4], _UNIQUE[1],
+           _UNIQUE[5], _UNIQUE[3], _UNIQUE[6]]
+STOPS = (0, 1)
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Transformer(CFG, rngs=nnx.Rngs(3))
+
+
+def _run(model, cfg: EngineConfig, prompts=PROMPTS, *, order=None, new=NEW, temperature=1.0):
+    """Engine run of `prompts` (submitted in `order`); returns (events by id, stats)."""
+    cfg = dataclasses.replace(cfg, sampling=SamplingParams(temperature),
+                              max_seq_len=max(map(len, prompts)) + new)
+    engine = Engine(model, cfg)
+    keys = jax.random.split(jax.random.key(7), len(prompts))
+    for i in order if order is not None else range(len(prompts)):
+        engine.submit(Request(i, tuple(prompts[i]), new, keys[i], stop_tokens=STOPS))
+    events = {e.request_id: e for e in engine.run()}
+    return events, engine
+
+
+@pytest.fixture(scope="module")
+def baseline(model):
+    events, _ = _run(model, EngineConfig(num_slots=4, page_size=8))
+    return events
+
+
+def test_sampled_tokens_equal_the_static_sampler(model, baseline):
+    sampler = Sampler(model, max_len=96)
+    state = sampler.prefill(PROMPTS)
+    n = len(PROMPTS)
+    _, toks, lps, vals, count, _ = sampler.decode(
+        state, jax.random.split(jax.random.key(7), n), active=np.ones(n, bool),
+        budget=np.full(n, NEW), stop_ids=list(STOPS), params=SamplingParams(1.0), num_steps=NEW)
+    toks, lps, vals, count = jax.device_get((toks, lps, vals, count))
+    assert len({int(c) for c in count}) > 2, "the workload should have ragged lengths"
+    for i in range(n):
+        assert baseline[i].tokens == toks[i, :count[i]].tolist()
+        np.testing.assert_allclose(baseline[i].logprobs, lps[i, :count[i]], atol=1e-4)
+        np.testing.assert_allclose(baseline[i].values, vals[i, :count[i]], atol=1e-4)
+
+
+@pytest.mark.parametrize("cfg,order", [
+    (EngineConfig(num_slots=1, page_size=4), None),
+    (EngineConfig(num_slots=3, page_size=16, decode_steps=5), None),
+    (EngineConfig(num_slots=10, page_size=2, decode_steps=64), list(range(9, -1, -1))),
+    # A pool a little over one sequence: preemption on almost every step.
+    (EngineConfig(num_slots=4, page_size=4, kv_pages=26, decode_steps=8), None),
+])
+def test_tokens_do_not_depend_on_scheduling(model, baseline, cfg, order):
+    events, engine = _run(model, cfg, order=order)
+    for i, e in baseline.items():
+        assert events[i].tokens == e.tokens and events[i].reason == e.reason
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-4)
+    if cfg.kv_pages is not None:
+        assert engine.stats.preemptions > 0
+    assert engine.pool.in_use == 0
+
+
+def test_prefix_sharing_equals_separate_prompts(model, baseline):
+    events, engine = _run(model, EngineConfig(num_slots=4, page_size=8))
+    # Groups: _UNIQUE[1] x3, _UNIQUE[3] x2 -> three forks read a prefix someone else started.
+    assert engine.stats.prefix_hits == 3
+    unshared, _ = _run(model, EngineConfig(num_slots=1, page_size=8))   # one sequence at a time
+    for i in baseline:
+        assert events[i].tokens == unshared[i].tokens == baseline[i].tokens
+
+
+def test_greedy_generate_equals_static_sampler(model):
+    out = generate(model, PROMPTS, max_new_tokens=NEW, temperature=0.0,
+                   engine_config=EngineConfig(num_slots=3, page_size=4))
+    sampler = Sampler(model, max_len=96)
+    n = len(PROMPTS)
+    _, toks, _, _, count, _ = sampler.decode(
+        sampler.prefill(PROMPTS), jax.random.split(jax.random.key(0), n),
+        active=np.ones(n, bool), budget=np.full(n, NEW), stop_ids=[],
+        params=SamplingParams(0.0), num_steps=NEW)
+    assert out == jax.device_get(toks).tolist()
+
+
+class _CheckedPool:
+    """Wraps an engine's pool: after every allocation, in-use pages stay within the budget and
+    every in-use page has a positive reference count."""
+
+    def __init__(self, pool):
+        self.pool, self.max_in_use = pool, 0
+        alloc = pool.alloc
+
+        def checked(n):
+            pages = alloc(n)
+            assert pool.in_use <= pool.num_pages
+            assert (pool.refs >= 0).all() and (pool.refs > 0).sum() == pool.in_use
+            self.max_in_use = max(self.max_in_use, pool.in_use)
+            return pages
+
+        pool.alloc = checked
+
+
+def test_no_page_leak_after_1000_requests(model):
+    rng = np.random.default_rng(1)
+    engine = Engine(model, EngineConfig(num_slots=16, page_size=4, kv_pages=48, max_seq_len=48,
+                                        decode_steps=8))
+    checked = _CheckedPool(engine.pool)
+    prompts = [rng.integers(3, 64, rng.integers(1, 20)).tolist() for _ in range(100)]
+    finished = 0
+    for i in range(1000):
+        # Every prompt is requested ten times: forks, prefix reuse and preemption all happen.
+        engine.submit(Request(i, tuple(prompts[i % 100]), int(rng.integers(1, 16)),
+                              jax.random.key(i), stop_tokens=(5,)))
+        if i % 250 == 249:
+            finished += len(engine.run())
+    assert finished == 1000
+    assert engine.pool.in_use == 0 and (engine.pool.refs == 0).all()
+    assert engine.pool.num_free == engine.pool.num_pages and not engine.prefixes
+    assert 0 < checked.max_in_use <= 48
+    assert engine.stats.prefix_hits > 0 and engine.stats.preemptions > 0
+
+
+def _pause_after(n, times=1):
+    """A pause hook that keeps the first n tokens of a turn, for the first `times` turns."""
+    paused = []
+
+    def hook(turn):
+        if len(paused) < times and len(turn) >= n:
+            paused.append(n)
+            return n
+        return None
+
+    return hook
+
+
+def test_resume_with_appended_tokens_equals_decoding_the_concatenation(model):
+    prompt, tool_output, key = PROMPTS[4], [9, 8, 7, 6, 5, 4, 3], jax.random.key(11)
+    engine = Engine(model, EngineConfig(num_slots=2, page_size=4, max_seq_len=80,
+                                        sampling=SamplingParams(1.0)))
+    engine.submit(Request("a", tuple(prompt), 60, key, pause=_pause_after(6)))
+    (paused,) = engine.run()
+    assert paused.kind == "paused" and len(paused.tokens) == 6
+    pages_held = engine.pool.in_use
+    assert pages_held > 0                     # a paused sequence keeps its pages
+    engine.resume("a", tool_output)
+    (done,) = engine.run()
+    joined = tuple(prompt) + tuple(paused.tokens) + tuple(tool_output)
+    engine.submit(Request("b", joined, 60 - 6 - len(tool_output), key))
+    (fresh,) = engine.run()
+    assert done.kind == fresh.kind == "finished"
+    assert done.tokens == fresh.tokens and len(done.tokens) == 60 - 6 - len(tool_output)
+    np.testing.assert_allclose(done.logprobs, fresh.logprobs, atol=1e-4)
+    assert engine.pool.in_use == 0
+
+
+def test_pause_release_and_budget_on_resume(model):
+    engine = Engine(model, EngineConfig(num_slots=2, page_size=4, max_seq_len=40))
+    engine.submit(Request(0, (3, 4, 5), 20, jax.random.key(0), pause=_pause_after(3)))
+    engine.submit(Request(1, (3, 4, 5), 20, jax.random.key(1), pause=lambda turn: 0))
+    events = {e.request_id: e for e in engine.run()}
+    assert events[0].tokens and len(events[0].tokens) == 3 and events[1].tokens == []
+    engine.release(1)
+    engine.resume(0, list(range(30)))          # more than the 17 tokens left
+    (end,) = engine.run()
+    assert (end.request_id, end.kind, end.reason, end.tokens) == (0, "finished", "length", [])
+    assert engine.pool.in_use == 0 and not engine.seqs
+
+
+def test_stats(model):
+    _, engine = _run(model, EngineConfig(num_slots=4, page_size=8))
+    stats = engine.stats.as_dict()
+    assert 0 < stats["slot_utilisation"] <= 1
+    assert stats["pages_peak"] <= stats["pool_pages"] and stats["pages_in_use"] == 0
+    assert stats["prefill_s"] > 0 and stats["decode_s"] > 0 and stats["prefill_tokens"] > 0
+
+
+def test_bad_requests(model):
+    engine = Engine(model, EngineConfig(num_slots=2, max_seq_len=16))
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit(Request(0, (), 4, key))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        engine.submit(Request(0, (1,) * 10, 10, key))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.submit(Request(0, (1,), 0, key))
+    engine.submit(Request(0, (1,), 4, key))
+    with pytest.raises(ValueError, match="already live"):
+        engine.submit(Request(0, (1,), 4, key))
+    with pytest.raises(ValueError, match="not paused"):
+        engine.resume(0, [1])
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        Engine(model, EngineConfig(kv_pages=2, max_seq_len=64))
+    with pytest.raises(ValueError, match="not both"):
+        EngineConfig(kv_pages=8, kv_cache_mb=1.0)
+    with pytest.raises(ValueError, match="num_slots"):
+        EngineConfig(num_slots=0)
