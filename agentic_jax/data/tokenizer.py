@@ -48,6 +48,60 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
                          f"(tokenizer.json + tokenizer_config.json): {err}") from err
 
 
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer puts its BOS token in front of plain text (Llama 3 does, Qwen
+    does not), as its own `add_special_tokens=True` encoding shows."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tokenizer.encode("a", add_special_tokens=True)
+    return bool(ids) and ids[0] == bos and tokenizer.encode("a", add_special_tokens=False)[:1] != [bos]
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Prompt token ids: the text's tokens, after the BOS token when the tokenizer adds one and
+    the text (a chat template's output, say) does not already start with it. No EOS."""
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if adds_bos(tokenizer) and ids[:1] != [tokenizer.bos_token_id]:
+        ids.insert(0, tokenizer.bos_token_id)
+    return ids
+
+
+def stop_token_ids(tokenizer: Any, generation_config: str | os.PathLike[str] | dict | None = None
+                   ) -> tuple[int, ...]:
+    """Ids that end a response: the tokenizer's EOS, every `eos_token_id` of a
+    generation_config.json (a file, its directory, or its dict), and <|im_end|> when the
+    tokenizer knows it but its EOS is <|endoftext|> (Qwen base tokenizers with a ChatML
+    template). In that order, without repeats."""
+    ids: list[int] = []
+
+    def add(value: Any) -> None:
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if token is not None and int(token) not in ids:
+                ids.append(int(token))
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    add(_generation_config(generation_config).get("eos_token_id"))
+    if getattr(tokenizer, "eos_token", None) == EOS_TOKEN:
+        im_end = tokenizer.convert_tokens_to_ids(IM_END)
+        if im_end is not None and im_end != getattr(tokenizer, "unk_token_id", None):
+            add(im_end)
+    return tuple(ids)
+
+
+def _generation_config(source: str | os.PathLike[str] | dict | None) -> dict[str, Any]:
+    if source is None or isinstance(source, dict):
+        return dict(source or {})
+    path = Path(source)
+    path = path / "generation_config.json" if path.is_dir() else path
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+
+
 def builtin_tokenizer() -> Any:
     """The committed byte-level BPE of the built-in tiny models."""
     return load_tokenizer(ASSET_DIR)
