@@ -54,8 +54,9 @@ def adds_bos(tokenizer: Any) -> bool:
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
         return False
-    ids = tokenizer.encode("a", add_special_tokens=True)
-    return bool(ids) and ids[0] == bos and tokenizer.encode("a", add_special_tokens=False)[:1] != [bos]
+    with_special = tokenizer.encode("a", add_special_tokens=True)
+    plain = tokenizer.encode("a", add_special_tokens=False)
+    return with_special[:1] == [bos] and plain[:1] != [bos]
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 

@@ -11,11 +11,11 @@ import jax
 import numpy as np
 import transformers
 from flax import nnx
+from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
 from agentic_jax.models import ADAPTERS, from_pretrained
 from agentic_jax.utils import Checkpointer
-from hf_testing import build, load_logits
 
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import transformers
 from flax import nnx
+from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
 from agentic_jax.models import ModelConfig, Transformer, from_pretrained, save_pretrained
-from hf_testing import build, load_logits
 
 LLAMA3 = transformers.LlamaConfig(
     vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

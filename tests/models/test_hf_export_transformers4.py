@@ -9,9 +9,9 @@ import textwrap
 import numpy as np
 import pytest
 import transformers
+from hf_testing import build, forward
 
 from agentic_jax.models import from_pretrained, save_pretrained
-from hf_testing import build, forward
 
 pytestmark = pytest.mark.slow
 

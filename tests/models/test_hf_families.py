@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 import transformers
+from hf_testing import build, forward, greedy, load_logits, logits_of
 
 from agentic_jax.models import from_pretrained, save_pretrained
 from agentic_jax.rollout import generate
-from hf_testing import build, forward, greedy, load_logits, logits_of
 
 COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
               max_position_embeddings=256)

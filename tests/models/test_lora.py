@@ -13,6 +13,7 @@ import optax
 import pytest
 import transformers
 from flax import nnx
+from hf_testing import build, load_logits
 
 from agentic_jax.models import (
     ADAPTERS,
@@ -26,7 +27,6 @@ from agentic_jax.models import (
     trainable_filter,
 )
 from agentic_jax.parallel import make_mesh
-from hf_testing import build, load_logits
 
 CFG = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=12, family="qwen3", qk_norm=True,
