@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
@@ -161,7 +161,7 @@ def init_state(run: Run, params: nnx.State) -> TrainState:
                        out_shardings=run.shardings.opt_state)
     return TrainState(params=params, opt_state=opt_init(params),
                       ref_params=params if run.cfg.rl.needs_reference else None,
-                      step=jnp.zeros((), jnp.int32), rng=root_rng(run.cfg.seed))
+                      step=np.zeros((), np.int32), rng=root_rng(run.cfg.seed))
 
 
 def publish(policy_: Policy, params: nnx.State) -> None:

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 import jax
+import numpy as np
 import ml_collections
 from tqdm.auto import tqdm
 
@@ -162,7 +163,8 @@ def rl_step(run: Run, state: TrainState, step: int,
         accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0),
         stage=run.scheduler.current_stage)
     metrics.update(run.controller.metrics())
-    return result.state.replace(step=state.step + 1), metrics, result.skipped_in_a_row
+    return (result.state.replace(step=np.asarray(step, np.int32)), metrics,
+            result.skipped_in_a_row)
 
 
 def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int) -> dict:

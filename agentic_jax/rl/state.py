@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
 from agentic_jax.utils import Checkpointer
@@ -25,7 +26,9 @@ logger = logging.getLogger(__name__)
 class TrainState:
     """params: nnx.State of the policy. opt_state: optax state of its nnx.Param leaves.
     ref_params: nnx.State of the KL reference, or None. step: int32 [] RL steps done.
-    rng: uint32 key data of the run's root key (`jax.random.key_data`)."""
+    rng: uint32 key data of the run's root key (`jax.random.key_data`). step and rng are host
+    (numpy) arrays: the loop reads them on the host, and keys made from them are not committed
+    to one device, whatever mesh the policy lives on."""
 
     params: Any
     opt_state: Any
@@ -39,7 +42,7 @@ class TrainState:
 
     def step_key(self, step: int) -> jax.Array:
         """The PRNG key of RL step ``step`` (the same on every host and after a resume)."""
-        return jax.random.fold_in(jax.random.wrap_key_data(self.rng), step)
+        return jax.random.fold_in(jax.random.wrap_key_data(jnp.asarray(self.rng)), step)
 
 
 class HostState(NamedTuple):
@@ -49,8 +52,8 @@ class HostState(NamedTuple):
     controller: dict[str, Any]
 
 
-def root_rng(seed: int) -> jax.Array:
-    return jax.random.key_data(jax.random.key(seed))
+def root_rng(seed: int) -> np.ndarray:
+    return np.asarray(jax.random.key_data(jax.random.key(seed)))
 
 
 def to_pure(state: TrainState) -> dict[str, Any]:
@@ -75,8 +78,8 @@ def from_pure(tree: dict[str, Any], like: TrainState, shardings: Any) -> TrainSt
         params=placed(tree["params"]),
         opt_state=jax.device_put(tree["opt_state"], shardings.opt_state),
         ref_params=placed(tree["ref_params"]) if "ref_params" in tree else None,
-        step=jnp.asarray(tree["step"], jnp.int32),
-        rng=jnp.asarray(tree["rng"], jnp.uint32))
+        step=np.asarray(tree["step"], np.int32),
+        rng=np.asarray(tree["rng"], np.uint32))
 
 
 def with_reference(state: TrainState, needed: bool) -> TrainState:
