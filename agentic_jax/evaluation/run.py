@@ -16,8 +16,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from agentic_jax.evaluation import report
-from agentic_jax.evaluation.metrics import (NUM_RESAMPLES, Grade, Sample, breakdown,
-                                            score_problem, summarize, usage)
+from agentic_jax.evaluation.metrics import (
+    NUM_RESAMPLES,
+    Grade,
+    Sample,
+    breakdown,
+    score_problem,
+    summarize,
+    usage,
+)
 from agentic_jax.reward import grade_answer
 
 SampleFn = Callable[[Sequence, int], Sequence[Sequence[Sample | str]]]

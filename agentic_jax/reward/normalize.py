@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from agentic_jax.reward.extract import boxed_argument, braced_content, clean_answer
 from agentic_jax.reward import notation
+from agentic_jax.reward.extract import boxed_argument, braced_content, clean_answer
 from agentic_jax.reward.lexer import word_set
 
 MAX_ANSWER_CHARS = 1000  # longer answers are never parsed (only compared verbatim)

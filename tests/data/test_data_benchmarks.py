@@ -10,8 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agentic_jax.data.benchmarks import (load_benchmark, load_benchmarks,
-                                         parse_benchmark_specs, read_fields)
+from agentic_jax.data.benchmarks import (
+    load_benchmark,
+    load_benchmarks,
+    parse_benchmark_specs,
+    read_fields,
+)
 from agentic_jax.data.sources import SourceStats
 from agentic_jax.reward import grade_answer
 

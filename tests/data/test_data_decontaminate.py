@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_jax.data.decontaminate import (contamination_report, decontaminate, ngrams)
+from agentic_jax.data.decontaminate import contamination_report, decontaminate, ngrams
 from agentic_jax.data.problem import Problem
 
 AIME_Q = ("Let $x,y$ and $z$ be positive real numbers that satisfy the following system of "

@@ -6,8 +6,13 @@ import pytest
 
 from agentic_jax.data import builtin_tokenizer, format_prompt
 from agentic_jax.data.prompts import TEMPLATES
-from agentic_jax.data.recipes import (QWEN25_MATH_COT, QWEN25_MATH_TIR, RECIPES,
-                                      SIMPLETIR_INSTRUCTION, recipe_prompt)
+from agentic_jax.data.recipes import (
+    QWEN25_MATH_COT,
+    QWEN25_MATH_TIR,
+    RECIPES,
+    SIMPLETIR_INSTRUCTION,
+    recipe_prompt,
+)
 
 QUESTION = "Find $x$ if $\\{x\\} = 2$."
 

@@ -6,12 +6,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from agentic_jax.data.problem import Problem
-from agentic_jax.evaluation import (Sample, breakdown, evaluate_benchmarks, majority_answer,
-                                    pass_at_k, score_problem, summarize, usage)
+from agentic_jax.evaluation import (
+    Sample,
+    breakdown,
+    evaluate_benchmarks,
+    majority_answer,
+    pass_at_k,
+    score_problem,
+    summarize,
+    usage,
+)
 
 
 def _problem(i, answer, subject="Algebra", level=1):
@@ -108,7 +117,7 @@ def test_evaluate_benchmarks_writes_results_table_png_transcripts_and_history(tm
 
     eval_dir = str(tmp_path / "eval")
     results = evaluate_benchmarks(benchmarks, sample, eval_dir, num_samples=4, step=10)
-    saved = json.load(open(os.path.join(eval_dir, "math500.json")))
+    saved = json.loads(Path(eval_dir, "math500.json").read_text())
     assert saved == json.loads(json.dumps(results["math500"]))
     for key in ("num_problems", "num_samples", "avg@4", "pass@1", "pass@2", "pass@3",
                 "pass@4", "maj@4", "ci95", "by_subject", "by_level", "code_use_rate",
@@ -117,16 +126,15 @@ def test_evaluate_benchmarks_writes_results_table_png_transcripts_and_history(tm
     assert saved["avg@4"] == pytest.approx(0.25) and saved["pass@4"] == pytest.approx(0.5)
     assert set(saved["by_subject"]) == {"Algebra", "Geometry"} and set(saved["by_level"]) == {
         "2", "5"}
-    table = open(os.path.join(eval_dir, "summary.md")).read()
+    table = Path(eval_dir, "summary.md").read_text()
     assert "| math500 | 2 | 4 |" in table and "| aime24 | 1 | 4 |" in table
     for png in ("summary.png", "history.png"):
-        with open(os.path.join(eval_dir, png), "rb") as f:
-            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    lines = open(os.path.join(eval_dir, "aime24.samples.jsonl")).read().splitlines()
+        assert Path(eval_dir, png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = Path(eval_dir, "aime24.samples.jsonl").read_text().splitlines()
     record = json.loads(lines[0])
     assert record["reference"] == "033" and len(record["samples"]) == 4
     assert [s["correct"] for s in record["samples"]] == [True, True, False, False]
-    history = [json.loads(x) for x in open(os.path.join(eval_dir, "history.jsonl"))]
+    history = [json.loads(x) for x in Path(eval_dir, "history.jsonl").read_text().splitlines()]
     assert history[0]["step"] == 10 and history[0]["aime24/avg@4"] == pytest.approx(0.5)
 
 

@@ -2,7 +2,7 @@
 degrees in trig functions, sets written as conditions, words differing only in case."""
 
 import ast
-import os
+from pathlib import Path
 
 import pytest
 
@@ -83,9 +83,8 @@ def test_words_differing_only_in_case_are_equal_but_products_keep_their_algebra(
 
 
 def test_command_handlers_do_not_import_the_parser():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "agentic_jax", "reward",
-                        "commands.py")
-    tree = ast.parse(open(path, encoding="utf-8").read())
+    path = Path(__file__).parents[2] / "agentic_jax" / "reward" / "commands.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and m.endswith("parser") for m in imported)
