@@ -48,7 +48,32 @@ class ChildPlan:
     cgroup_procs_fd: int | None
 
 
-def run_child(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
+@dataclasses.dataclass
+class Prepared:
+    """Per-process state every child needs, built once in the worker before the template is
+    forked (so that no child pays for it): restricted builtins and a memory reserve (address
+    space only, released on MemoryError so that reporting can allocate)."""
+
+    builtins: dict
+    reserve: mmap.mmap
+
+
+def prepare(plan: ChildPlan) -> Prepared:
+    """Set up the calling (serving) process so that its forks start as children need: the
+    child environment, text streams on fds 1 and 2, builtins; returns what run_child uses."""
+    os.environ.clear()
+    os.environ.update(CHILD_ENV)
+    sys.stdin = None
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
+                      closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
+                      closefd=False)
+    scope_builtins = _restricted_builtins(plan.whitelist)
+    exec(compile("pass", "<warmup>", "exec"), {"__builtins__": scope_builtins})  # noqa: S102
+    return Prepared(scope_builtins, mmap.mmap(-1, _RESERVE_BYTES))
+
+
+def run_child(plan: ChildPlan, prepared: Prepared, workdir: str, fds: list[int]) -> None:
     """Never returns: isolates the process, waits for a request on the code pipe, executes
     it, writes the result and exits. fds: code (read end), stdout, stderr, result.
 
@@ -57,9 +82,7 @@ def run_child(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
     """
     try:
         _isolate(plan, workdir, fds)
-        scope_builtins = _restricted_builtins(plan.whitelist)
-        exec(compile("pass", "<warmup>", "exec"), {"__builtins__": scope_builtins})  # noqa: S102
-        reserve = mmap.mmap(-1, _RESERVE_BYTES)  # address space only; released on MemoryError
+        scope_builtins, reserve = prepared.builtins, prepared.reserve
     except BaseException as err:  # a setup failure must never run the code unconfined
         message = encode_result("SandboxError", f"setup failed: {err}", 0.0)
         # The original descriptor is open until the closerange that follows its dup to fd 3.
@@ -111,13 +134,6 @@ def _isolate(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
     os.closerange(CODE_FD + 1, 1 << 20)
     os.chdir(workdir)
     os.umask(0o077)
-    os.environ.clear()
-    os.environ.update(CHILD_ENV)
-    sys.stdin = None
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
-                      closefd=False)
-    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
-                      closefd=False)
     isolation.apply_snippet_limits(plan.memory_bytes, plan.file_bytes, plan.open_files)
     if plan.uid is not None and plan.gid is not None:
         isolation.drop_privileges(plan.uid, plan.gid)

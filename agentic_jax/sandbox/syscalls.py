@@ -139,6 +139,16 @@ def fork_sibling() -> int:
     return pid
 
 
+MADV_HUGEPAGE = 14
+MADV_COLLAPSE = 25  # Linux >= 6.1
+
+
+def madvise(address: int, length: int, advice: int) -> bool:
+    """madvise(2); False when the kernel refuses (old kernel, unsuitable range)."""
+    return _libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length),
+                         ctypes.c_int(advice)) == 0
+
+
 def prctl(option: int, arg2: int = 0) -> None:
     """prctl(2) for integer-argument options."""
     _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(0),

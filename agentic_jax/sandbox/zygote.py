@@ -18,8 +18,8 @@ import signal
 import socket
 import tempfile
 
-from agentic_jax.sandbox import cgroup, isolation, server, syscalls, template
-from agentic_jax.sandbox.child import ChildPlan, run_child
+from agentic_jax.sandbox import cgroup, child, isolation, server, syscalls, template
+from agentic_jax.sandbox.child import ChildPlan
 from agentic_jax.sandbox.scratch import Workdirs, remove_tree
 
 # Headroom of the memory cgroup beyond the snippet's own budget: copy-on-write copies of the
@@ -91,11 +91,13 @@ def main(config_json: str) -> None:
         gid=gid, seccomp=syscalls.SeccompProgram(bpf) if bpf else None,
         whitelist=frozenset(cfg["whitelist"]),
         cgroup_procs_fd=memcg.procs_fd if memcg else None)
+    prepared = child.prepare(plan)
     gc.collect()
     gc.freeze()  # keeps the collector from touching (and copying) inherited pages in children
+    isolation.collapse_to_huge_pages()
     # The host gives up on a worker grace_ms after a snippet's deadline; a lost template must
     # be noticed well before, so that the request is reported as never started.
-    forker = template.start(lambda workdir, fds: run_child(plan, workdir, fds),
+    forker = template.start(lambda workdir, fds: child.run_child(plan, prepared, workdir, fds),
                             drop=[channel_fd], timeout_s=cfg["grace_ms"] / 3e3)
     workdirs = Workdirs(scratch, cfg["disk_mb"], mounts=not host_visible, uid=uid, gid=gid)
     channel = socket.socket(fileno=channel_fd)
