@@ -12,6 +12,7 @@ import time
 import weakref
 
 from agentic_jax.sandbox.output import classify
+from agentic_jax.sandbox.pool import FairPool
 from agentic_jax.sandbox.session import Session
 from agentic_jax.sandbox.types import ExecResult, SandboxConfig, failure
 from agentic_jax.sandbox.validator import is_deterministic, validate
@@ -41,7 +42,7 @@ class Sandbox:
     def __init__(self, cfg: SandboxConfig | None = None) -> None:
         self.cfg = cfg or SandboxConfig()
         self._lock = threading.Lock()
-        self._idle = _FairPool()
+        self._idle = FairPool()
         self._workers = [Worker(self.cfg) for _ in range(self.cfg.workers)]
         self._cache: collections.OrderedDict[tuple, ExecResult] = collections.OrderedDict()
         self._latencies: collections.deque[float] = collections.deque(maxlen=_LATENCY_WINDOW)
@@ -278,35 +279,6 @@ class Sandbox:
             self._cache[key] = result
             while len(self._cache) > self.cfg.cache_size:
                 self._cache.popitem(last=False)
-
-
-class _FairPool:
-    """Idle workers handed out first come, first served (a free worker goes straight to the
-    longest waiting caller), so that no caller starves under a flood of others."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: collections.deque[Worker] = collections.deque()
-        self._waiting: collections.deque[tuple[threading.Event, list[Worker]]] = \
-            collections.deque()
-
-    def acquire(self) -> Worker:
-        with self._lock:
-            if self._idle and not self._waiting:
-                return self._idle.popleft()
-            ticket: tuple[threading.Event, list[Worker]] = (threading.Event(), [])
-            self._waiting.append(ticket)
-        ticket[0].wait()
-        return ticket[1][0]
-
-    def release(self, worker: Worker) -> None:
-        with self._lock:
-            if not self._waiting:
-                self._idle.append(worker)
-                return
-            event, slot = self._waiting.popleft()
-        slot.append(worker)
-        event.set()
 
 
 def _closed_result(start: float) -> ExecResult:
