@@ -88,7 +88,8 @@ def _answer_phrase(tail: str) -> str | None:
     if spans:
         return clean_answer(", ".join(spans))
     end = _SENTENCE_END.search(tail)
-    return clean_answer(tail if end is None else tail[: end.start()])
+    # Markdown emphasis around the answer ("**5**.") goes with the cut prose.
+    return clean_answer((tail if end is None else tail[: end.start()]).strip().strip("*"))
 
 
 def _leading_spans(tail: str) -> list[str]:

@@ -53,6 +53,10 @@ _MATH_WORDS = word_set(
 )
 _COUNTED_NOUN = re.compile(r"(-?[\d.,]*\d)\s+([A-Za-z]{3,}(?:\s+[A-Za-z]+)*)")
 _BOXED_PREFIX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+# Spacing and "approximately" at either end carry no value: "\\qquad\\textbf{(D) } 17",
+# "\\approx 3.14".
+_LEADING_NOISE = ("\\qquad", "\\quad", "\\approx", "\\sim", "≈")
+_TRAILING_NOISE = ("\\qquad", "\\quad")
 _WORD = re.compile(r"(?<![\\A-Za-z])([A-Za-z]{2,})(?:\^\{?[23]\}?)?(?![A-Za-z])")
 
 
@@ -105,6 +109,21 @@ def _strip_words(text: str) -> str:
     return _WORD.sub(replace, text)
 
 
+def _strip_edge_noise(text: str) -> str:
+    """Drops _LEADING_NOISE / _TRAILING_NOISE words at the ends (not "\\approximately")."""
+    changed = True
+    while changed:
+        text, changed = text.strip(), False
+        for word in _LEADING_NOISE:
+            rest = text[len(word):]
+            if text.startswith(word) and not rest[:1].isalpha():
+                text, changed = rest, True
+        for word in _TRAILING_NOISE:
+            if text.endswith(word):
+                text, changed = text[: -len(word)], True
+    return text
+
+
 def _strip_delimiters(text: str) -> str:
     boxed = _BOXED_PREFIX.match(text)
     if boxed:
@@ -117,7 +136,7 @@ def normalize(answer: str) -> str | None:
     """Cleaned answer text ready for the parser; None when it is longer than MAX_ANSWER_CHARS."""
     if len(answer) > MAX_ANSWER_CHARS:
         return None
-    text = _strip_delimiters(answer.strip())
+    text = _strip_edge_noise(_strip_delimiters(answer.strip()))
     for symbol, latex in _UNICODE.items():
         text = text.replace(symbol, latex)
     text = notation.repeating_decimals(notation.mixed_numbers(text))

@@ -20,7 +20,7 @@ def cases():
 
 
 def test_case_set_covers_the_benchmark_formats(cases):
-    assert len(cases) >= 500
+    assert len(cases) >= 600
     sources = {c["source"] for c in cases}
     assert {"math", "gsm8k", "aime", "amc", "minerva", "olympiadbench"} <= sources
     assert sum("response" in c for c in cases) >= 60

@@ -34,6 +34,7 @@ CASES = [
     ("Thus the answer is $x=2$ or $x=3$.", "x=2, x=3"),
     ("Therefore, $x = 7$ is the answer.", "x = 7"),
     ("The answer is 2.5 so the tank is half full.", "2.5"),
+    ("The answer is **5**.", "5"),
 ]
 
 

@@ -35,6 +35,8 @@ EQUAL = [
     ("|x| \\le 2", "[-2, 2]"),
     (r"\text{all real numbers}", r"\mathbb{R}"),
     ("devon", r"\text{Devon}"),
+    (r"\approx 3.14", "3.14"),
+    (r"\qquad\textbf{(D) } 17", "17"),
 ]
 NOT_EQUAL = [
     (r"\textbf{(C) }12", "B"),
