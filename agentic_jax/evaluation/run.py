@@ -61,11 +61,13 @@ def evaluate_benchmark(name: str, problems: Sequence, samples: Sequence[Sequence
 
 def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, eval_dir: str, *,
                         num_samples: int, step: int | None = None, grade: Grade = grade_answer,
-                        num_resamples: int = NUM_RESAMPLES, seed: int = 0) -> dict[str, dict]:
+                        num_resamples: int = NUM_RESAMPLES, seed: int = 0,
+                        write: bool = True) -> dict[str, dict]:
     """Samples ``num_samples`` responses per problem with ``sample(problems, num_samples)``,
     scores them and writes ``eval_dir``/<name>.json, <name>.samples.jsonl, summary.md,
     summary.png (and history.jsonl / history.png when ``step`` is given). Returns
-    {name: result}."""
+    {name: result}. On several hosts every host calls this (the sampler is collective and
+    returns every problem's samples) and only process 0 passes ``write=True``."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     results = {}
@@ -78,11 +80,14 @@ def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, ev
                                             num_resamples=num_resamples, seed=seed)
         if step is not None:
             result["step"] = step
-        report.write_result(eval_dir, name, result)
-        report.write_transcripts(eval_dir, name, problems, samples, scores)
+        if write:
+            report.write_result(eval_dir, name, result)
+            report.write_transcripts(eval_dir, name, problems, samples, scores)
         results[name] = result
         logging.info("%s: %s", name, ", ".join(f"{k}={v:.3f}"
                                                   for k, v in report.headline(result).items()))
+    if not write:
+        return results
     summary = os.path.join(eval_dir, "summary.md")
     report.atomic_write(summary, report.markdown_table(results))
     report.plot_summary(results, os.path.join(eval_dir, "summary.png"))

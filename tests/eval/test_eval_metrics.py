@@ -145,3 +145,9 @@ def test_sampler_returning_the_wrong_shape_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="returned 0 rows for 1 problems"):
         evaluate_benchmarks(benchmarks, lambda ps, k: [], str(tmp_path), num_samples=2)
     assert not os.path.exists(tmp_path / "b.json")
+
+
+def test_write_false_scores_without_files(tmp_path):
+    results = evaluate_benchmarks({"b": [_problem(0, "1")]}, lambda ps, k: [["\\boxed{1}"] * k],
+                                  str(tmp_path / "eval"), num_samples=2, step=3, write=False)
+    assert results["b"]["avg@2"] == 1.0 and not (tmp_path / "eval").exists()
