@@ -29,6 +29,9 @@ from agentic_jax.sandbox.scratch import Workdirs
 from agentic_jax.sandbox.template import TemplateClient, TemplateLost
 
 MAX_MESSAGE = 1 << 16
+# Children kept ready ahead of the host: back-to-back requests find one already isolated
+# while the fork of the next overlaps the current run.
+PREPARED_AHEAD = 2
 
 
 @dataclasses.dataclass
@@ -56,7 +59,7 @@ class Server:
 
     def serve(self) -> None:
         """Run until the host closes the channel (or the template is lost and reported)."""
-        self._prepare()
+        self._top_up()
         while True:
             if not self._step():
                 break
@@ -98,10 +101,15 @@ class Server:
         if "start" in message:
             if child is not None:
                 child.deadline = time.monotonic() + int(message["timeout_ms"]) / 1e3
-            self._prepare()  # the next child gets ready while this one runs
+            self._top_up()  # the next child gets ready while this one runs
         elif "done" in message and child is not None:
             self._kill(child)
         return True
+
+    def _top_up(self) -> None:
+        waiting = len(self.pending) + sum(c.deadline is None for c in self.live.values())
+        for _ in range(PREPARED_AHEAD - waiting):
+            self._prepare()
 
     def _prepare(self) -> None:
         """Ask the template for the next child (pipes made here, host ends kept to send)."""

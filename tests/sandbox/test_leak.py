@@ -37,8 +37,8 @@ def test_ten_thousand_mixed_runs_leak_nothing():
             results = box.run_batch(codes)
             assert results[0].ok and results[0].stdout == f"{start}\n"
         fds_after, rss_after, kids, worker_fds_after = _snapshot(box)
-        assert fds_after <= fds + 4 * len(worker_fds) and worker_fds_after == worker_fds
-        assert kids <= 4 * len(worker_fds)
+        assert fds_after <= fds + 8 * len(worker_fds) and worker_fds_after == worker_fds
+        assert kids <= 6 * len(worker_fds)
         assert rss_after - rss < 32 * 2**20
         for pid, before in zip(box.worker_pids(), worker_rss):
             assert psutil.Process(pid).memory_info().rss - before < 16 * 2**20

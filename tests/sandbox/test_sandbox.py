@@ -177,8 +177,9 @@ def test_mixed_runs_leak_nothing(sb):
     worker_fds = [w.num_fds() for w in workers]
     for i in range(40):
         sb.run_batch([m + f"\n# {i}" for m in mix], timeout_ms=100)
-    assert me.num_fds() <= fds + 4 * len(workers)  # at most one prepared child's pipes each
-    # Per worker: the outer process, the server, the template, at most one pre-forked child.
-    assert len(me.children(recursive=True)) <= 4 * len(workers)
+    assert me.num_fds() <= fds + 8 * len(workers)  # prepared children's pipes, two each
+    # Per worker: the outer process, the server, the template, two prepared children and for a
+    # moment the last one while it is reaped.
+    assert len(me.children(recursive=True)) <= 6 * len(workers)
     assert me.memory_info().rss - rss < 20 * 2**20
     assert [w.num_fds() for w in workers] == worker_fds

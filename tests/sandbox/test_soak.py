@@ -22,8 +22,9 @@ def _check(figures: dict, workers: int) -> None:
     # A kill takes at most the one snippet in flight on that worker with it.
     assert figures["benign_system_errors"] <= 2 * figures["kills"]
     assert figures["executions"] > 50
-    # Per worker: outer, server, template, the running child and the next one.
-    assert figures["procs_max"] <= 5 * workers
+    # Per worker: outer, server, template, the running child, two prepared ones, and for a
+    # moment the previous one while the server reaps it.
+    assert figures["procs_max"] <= 7 * workers
     assert figures["host_mb_last"] - figures["host_mb_first"] < 32
     assert figures["worker_mb_last"] - figures["worker_mb_first"] < 32 * workers
 
