@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import jax
 import orbax.checkpoint as ocp
-from flax import nnx
+from flax import nnx, traverse_util
 
 from agentic_jax.models import (
     ModelConfig,
@@ -72,9 +72,10 @@ def run_model(workdir: Path) -> RunModel:
     return RunModel(cfg, None, tokenizer_dir)
 
 
-def read_policy(checkpoints: Path, cfg: ModelConfig, step: int | None) -> tuple[Transformer, int]:
-    """The policy of one checkpoint step (newest when None): only `state/params` is read, the
-    model state as a pure dict, whatever else the training state holds."""
+def read_policy(checkpoints: Path, info: RunModel, step: int | None) -> tuple[Transformer, int]:
+    """The policy of one checkpoint step (newest when None). Only `state/params` is read (the
+    model state as a pure dict), whatever else the training state holds; parameters a
+    checkpoint leaves out (the frozen base of a LoRA run) come from the run's model.path."""
     manager = ocp.CheckpointManager(checkpoints.absolute())
     steps = sorted(manager.all_steps(read=True))
     if not steps:
@@ -83,18 +84,40 @@ def read_policy(checkpoints: Path, cfg: ModelConfig, step: int | None) -> tuple[
         step = steps[-1]
     elif step not in steps:
         raise ValueError(f"--step={step}: no such checkpoint in {checkpoints}; have {steps}")
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(info.cfg,
+                                                                      rngs=nnx.Rngs(0))))
+    wanted = traverse_util.flatten_dict(nnx.to_pure_dict(abstract))
+    stored = traverse_util.flatten_dict(ocp.PyTreeCheckpointer().metadata(
+        checkpoints.absolute() / str(step) / "state").item_metadata.tree["params"])
+    params = _base_params(info, [path for path in wanted if path not in stored], checkpoints)
     host = jax.sharding.SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
-    target = {"params": jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=host),
-        nnx.to_pure_dict(abstract))}
+    target = {"params": traverse_util.unflatten_dict({
+        path: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=host)
+        for path, x in wanted.items() if path in stored})}
     state_args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
         partial_restore=True)
     restored = manager.restore(step, args=ocp.args.Composite(state=state_args))
     manager.close()
-    nnx.replace_by_pure_dict(abstract, restored["state"]["params"])
+    params.update(traverse_util.flatten_dict(restored["state"]["params"]))
+    nnx.replace_by_pure_dict(abstract, traverse_util.unflatten_dict(params))
     return nnx.merge(graphdef, abstract), step
+
+
+def _base_params(info: RunModel, missing: list[tuple[str, ...]],
+                 checkpoints: Path) -> dict[tuple[str, ...], Any]:
+    """Flat parameters for the paths a checkpoint does not store, from the run's HF source."""
+    if not missing:
+        return {}
+    if info.source_dir is None:
+        raise ValueError(f"{checkpoints}: the checkpoint has no {'/'.join(missing[0])} and the "
+                         f"run names no model.path to take it from")
+    cfg = info.cfg
+    base = from_pretrained(info.source_dir, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                           value_head=cfg.value_head, lora_rank=cfg.lora_rank,
+                           lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
+    flat = traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(base)))
+    return {path: flat[path] for path in missing}
 
 
 def export_run(workdir: Path, out: Path, step: int | None = None) -> str:
@@ -103,7 +126,7 @@ def export_run(workdir: Path, out: Path, step: int | None = None) -> str:
         raise FileNotFoundError(f"{workdir}: not a run directory (config.json and "
                                 f"{CHECKPOINTS}/ expected)")
     info = run_model(workdir)
-    model, step = read_policy(workdir / CHECKPOINTS, info.cfg, step)
+    model, step = read_policy(workdir / CHECKPOINTS, info, step)
     save_pretrained(model, out, source_dir=info.source_dir, tokenizer_dir=info.tokenizer_dir)
     return f"wrote {out} from step {step}; {model_summary(info.cfg)}"
 

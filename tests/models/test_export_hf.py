@@ -1,6 +1,7 @@
 """tools/export_hf.py: a run's checkpoint -> an HF directory transformers loads with the trained
 logits; an HF directory -> a checkpoint that `checkpoint.init_from` reads."""
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -9,12 +10,13 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 import transformers
 from flax import nnx
 from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
-from agentic_jax.models import ADAPTERS, from_pretrained
+from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
 from agentic_jax.utils import Checkpointer
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -50,8 +52,9 @@ def _trained(cfg, seed):
     return model
 
 
-def _write_run(workdir: Path, config: dict, steps=(2, 4)):
-    """A run directory as training leaves it: config.json and full training states."""
+def _write_run(workdir: Path, config: dict, steps=(2, 4), stored=nnx.Param):
+    """A run directory as training leaves it: config.json and training states whose params
+    hold the `stored` parameters (all, or a LoRA run's trainable ones)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.json").write_text(json.dumps(config))
     cfg = export_hf.run_model(workdir).cfg
@@ -59,7 +62,7 @@ def _write_run(workdir: Path, config: dict, steps=(2, 4)):
     with Checkpointer(str(workdir / "checkpoints"), async_save=False) as checkpointer:
         for step in steps:
             models[step] = _trained(cfg, step)
-            params = nnx.to_pure_dict(nnx.state(models[step]))
+            params = nnx.to_pure_dict(nnx.state(models[step], stored))
             tree = {"params": params, "opt_state": {"mu": params}, "step": np.int32(step),
                     "rng": np.zeros(2, np.uint32)}
             checkpointer.maybe_save(step, tree, {"scheduler": {}}, force=True)
@@ -80,7 +83,8 @@ def test_run_with_the_builtin_model_exports_its_trained_logits(tmp_path):
                                atol=1e-5, rtol=0)
 
 
-def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path):
+@pytest.mark.parametrize("stored", ["all", "trainable"])
+def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path, stored):
     source = tmp_path / "qwen3"
     build(transformers.Qwen3Config(
         vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -90,7 +94,11 @@ def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path
         shutil.copy(ASSET_DIR / name, source / name)
     (source / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 2, 3]}))
     config = _smoke_config(path=str(source), lora_rank=4, lora_alpha=8.0)
-    models = _write_run(tmp_path / "run", config, steps=(3,))
+    lora_cfg = dataclasses.replace(from_pretrained(source).cfg, lora_rank=4)
+    trainable = nnx.Param if stored == "all" else trainable_filter(lora_cfg)
+    models = _write_run(tmp_path / "run", config, steps=(3,), stored=trainable)
+    if stored == "trainable":  # the frozen base is the source's: the test's model must agree
+        nnx.update(models[3], nnx.state(from_pretrained(source, lora_rank=4), nnx.Not(ADAPTERS)))
     assert models[3].cfg.lora_rank == 4 and jax.tree.leaves(nnx.state(models[3], ADAPTERS))
     out = tmp_path / "hf"
     assert export_hf.main(["--workdir", str(tmp_path / "run"), "--out", str(out)]) == 0
