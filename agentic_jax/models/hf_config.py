@@ -80,13 +80,11 @@ def _rope_fields(hf: dict[str, Any], source: str) -> dict[str, Any]:
     rope_type = params.get("rope_type", params.get("type", "default"))
     original = int(params.get("original_max_position_embeddings")
                    or hf.get("max_position_embeddings", 2048))
-    if rope_type == "default":
+    # "dynamic" NTK changes frequencies only past max_position_embeddings, where transformers
+    # itself recomputes them per call; within the model's context it is plain RoPE.
+    if rope_type in ("default", "dynamic"):
         return dict(rope_theta=theta)
-    if rope_type in ("linear", "dynamic"):
-        # "dynamic" NTK changes frequencies only past max_position_embeddings, where
-        # transformers itself recomputes them per call; within the context it is plain RoPE.
-        if rope_type == "dynamic":
-            return dict(rope_theta=theta)
+    if rope_type == "linear":
         return dict(rope_theta=theta, rope_type="linear", rope_factor=float(params["factor"]))
     if rope_type == "llama3":
         return dict(
