@@ -1,4 +1,4 @@
-"""What runs inside the forked child: lock itself down, run the snippet, report as JSON."""
+"""What runs inside each child: lock down, run the snippet, report in the bounded format."""
 
 from __future__ import annotations
 

@@ -49,11 +49,11 @@ def remove_tree(path: str, max_entries: int = 1 << 20) -> None:
             parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
-            _ignore_missing(lambda: os.rmdir(name, dir_fd=fd))
+            _ignore_missing(os.rmdir, name, dir_fd=fd)
             removed += 1
     finally:
         os.close(fd)
-    _ignore_missing(lambda: os.rmdir(path))
+    _ignore_missing(os.rmdir, path)
 
 
 def _clear_files(fd: int) -> list[str]:
@@ -68,7 +68,7 @@ def _clear_files(fd: int) -> list[str]:
         if stat.S_ISDIR(mode):
             subdirs.append(name)
         else:
-            _ignore_missing(lambda: os.unlink(name, dir_fd=fd))
+            _ignore_missing(os.unlink, name, dir_fd=fd)
     return subdirs
 
 
@@ -87,9 +87,9 @@ def _make_searchable(fd: int) -> None:
         os.fchmod(fd, 0o700)
 
 
-def _ignore_missing(action) -> None:
+def _ignore_missing(action, *args, **kwargs) -> None:
     try:
-        action()
+        action(*args, **kwargs)
     except FileNotFoundError:
         pass
 

@@ -15,7 +15,7 @@ import select
 import signal
 import socket
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from agentic_jax.sandbox import syscalls
 

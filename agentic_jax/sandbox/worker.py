@@ -70,7 +70,8 @@ class Worker:
                 raise WorkerDied("the sandbox is closed")
             self._cgroup = cgroup.create()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            payload = {"channel_fd": theirs.fileno(),"whitelist": list(self.cfg.whitelist), "memory_mb": self.cfg.memory_mb,
+            payload = {"channel_fd": theirs.fileno(), "whitelist": list(self.cfg.whitelist),
+                       "memory_mb": self.cfg.memory_mb,
                        "disk_mb": self.cfg.disk_mb, "max_open_files": self.cfg.max_open_files,
                        "max_output_bytes": self.cfg.max_output_bytes,
                        "uid": self.cfg.sandbox_uid, "gid": self.cfg.sandbox_gid,
