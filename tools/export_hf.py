@@ -50,7 +50,8 @@ def run_model(workdir: Path) -> RunModel:
     vocabulary and the training length, as the run did)."""
     from agentic_jax.data.tokenizer import ASSET_DIR, load_tokenizer
 
-    run = read_json(workdir / "config.json")
+    record = read_json(workdir / "config.json")
+    run = record.get("config", record)  # {"config": ..., "num_params": ...}, or the bare config
     m, t = run["model"], run.get("training", {})
     tokenizer_dir = Path(run.get("tokenizer", {}).get("path") or m.get("path") or ASSET_DIR)
     fields = dict(dtype=m["dtype"], param_dtype=m["param_dtype"],

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 import transformers
@@ -17,6 +18,8 @@ from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
 from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
+from agentic_jax.rl.rundir import record_config
+from agentic_jax.rl.state import HostState, TrainState, root_rng, save
 from agentic_jax.utils import Checkpointer
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -33,12 +36,13 @@ export_hf = _load_tool("export_hf")
 TOKENS = np.random.default_rng(0).integers(0, 90, (2, 10)).astype(np.int32)
 
 
-def _smoke_config(**model) -> dict:
+def _smoke_config(**model) -> ml_collections.ConfigDict:
     spec = importlib.util.spec_from_file_location("math_ppo", _REPO / "configs" / "math_ppo.py")
     config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(config)
-    resolved = config.get_config("smoke").to_dict()
-    resolved["model"].update(model)
+    resolved = config.get_config("smoke")
+    for key, value in model.items():
+        setattr(resolved.model, key, value)  # fields the config file may not know yet
     return resolved
 
 
@@ -52,20 +56,22 @@ def _trained(cfg, seed):
     return model
 
 
-def _write_run(workdir: Path, config: dict, steps=(2, 4), stored=nnx.Param):
-    """A run directory as training leaves it: config.json and training states whose params
-    hold the `stored` parameters (all, or a LoRA run's trainable ones)."""
+def _write_run(workdir: Path, config: ml_collections.ConfigDict, steps=(2, 4),
+               stored=nnx.Param):
+    """A run directory written by the run's own writers (its config record, its training
+    states), whose params hold the `stored` parameters (all, or a LoRA run's trainable ones)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(json.dumps(config))
+    record_config(str(workdir), config, num_params=0)
     cfg = export_hf.run_model(workdir).cfg
     models = {}
     with Checkpointer(str(workdir / "checkpoints"), async_save=False) as checkpointer:
         for step in steps:
             models[step] = _trained(cfg, step)
-            params = nnx.to_pure_dict(nnx.state(models[step], stored))
-            tree = {"params": params, "opt_state": {"mu": params}, "step": np.int32(step),
-                    "rng": np.zeros(2, np.uint32)}
-            checkpointer.maybe_save(step, tree, {"scheduler": {}}, force=True)
+            params = nnx.state(models[step], stored)
+            state = TrainState(params=params, opt_state={"mu": nnx.to_pure_dict(params)},
+                               ref_params=None, step=np.asarray(step, np.int32),
+                               rng=root_rng(0))
+            save(checkpointer, state, HostState(scheduler={}, controller={}), force=True)
     return models
 
 
