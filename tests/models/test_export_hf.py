@@ -19,7 +19,7 @@ from hf_testing import build, load_logits
 from agentic_jax.data.tokenizer import ASSET_DIR
 from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
 from agentic_jax.rl.rundir import record_config
-from agentic_jax.rl.state import HostState, TrainState, root_rng, save
+from agentic_jax.rl.state import HostState, TrainState, restore_params, root_rng, save
 from agentic_jax.utils import Checkpointer
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -122,11 +122,11 @@ def test_hf_to_checkpoint_is_read_as_a_run_checkpoint(tmp_path):
     out = tmp_path / "init"
     assert export_hf.main(["--hf", str(source), "--out", str(out), "--value_head"]) == 0
     model = from_pretrained(source, value_head=True)
-    like = nnx.to_pure_dict(nnx.state(model))
-    with Checkpointer(str(out / "checkpoints"), async_save=False) as checkpointer:
-        restored = checkpointer.restore_latest({"params": like})
-    assert restored.step == 0
-    jax.tree.map(np.testing.assert_array_equal, restored.state["params"], like)
+    like = nnx.state(model)
+    # What checkpoint.init_from does with the directory.
+    params, step = restore_params(str(out), like, jax.tree.map(lambda x: x.sharding, like))
+    assert step == 0
+    jax.tree.map(np.testing.assert_array_equal, params, like)
     assert export_hf.main(["--hf", str(source), "--out", str(out)]) == 2  # never overwritten
 
 
