@@ -1,15 +1,22 @@
-r"""Evaluates a run's newest checkpoint on a split, with tools and without.
+r"""Evaluates a run's newest checkpoint on a split, with tools and without, or on benchmarks.
 
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
         [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
+    python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
+        [--num_samples=16 --temperature=0.6 --top_p=0.95]
 
-The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. Writes
-``DIR/eval_<split>.json``: accuracy with and without tools, pass@k (with ``--num_samples`` > 1),
-code-use rate, tool calls, response length, overall and per stage.
+The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. On a
+split, writes ``DIR/eval_<split>.json``: accuracy with and without tools, pass@k (with
+``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage.
+With ``--benchmarks`` (local files in each benchmark's own layout), writes ``DIR/eval/``:
+``<name>.json`` (avg@K, pass@1..K, maj@K with 95% intervals, per subject / level, usage),
+``<name>.samples.jsonl``, ``summary.md`` and ``summary.png``; unset sampling flags take the
+run's ``eval.*`` values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -19,40 +26,67 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.evaluation import markdown_table
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A config file (default: the run's recorded config.json).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run directory (with checkpoints/).")
 _SPLIT = flags.DEFINE_enum("split", "test", ["train", "test"], "Which problems to evaluate.")
-_NUM_SAMPLES = flags.DEFINE_integer("num_samples", 1, "Samples per problem (pass@k when > 1).")
+_NUM_SAMPLES = flags.DEFINE_integer(
+    "num_samples", None, "Samples per problem (pass@k when > 1; default 1 on a split, "
+    "eval.num_samples on benchmarks).")
 _LIMIT = flags.DEFINE_integer("limit", 0, "Evaluate at most this many problems (0: all).")
+_BENCHMARKS = flags.DEFINE_string(
+    "benchmarks", "", "name=PATH,... local benchmark files to evaluate instead of a split.")
+_TEMPERATURE = flags.DEFINE_float("temperature", None,
+                                  "Sampling temperature on benchmarks (default eval.temperature).")
+_TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling on benchmarks (default eval.top_p).")
 
 
-def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
-                        limit: int = 0, overrides: Mapping[str, Any] | None = None) -> dict:
-    """Loads the newest checkpoint of ``workdir`` and evaluates it; returns the results.
-
-    ``config`` may be None (the run's recorded config is used; ``overrides`` apply on top).
-    Builds only the policy (no optimizer, no training state) and reads only its parameters.
-    """
+def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
+                     **eval_settings: Any):
+    """The policy of ``workdir``'s newest checkpoint (published) and that checkpoint's step.
+    ``eval_settings`` replace fields of the run's ``eval.*`` (never evaluated in training
+    here); a bad one is a ValueError naming its flag."""
     from agentic_jax.rl import rundir
     from agentic_jax.rl.builders import build_policy, publish
     from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.evaluation import eval_config, evaluate
     from agentic_jax.rl.state import restore_params
-    from agentic_jax.utils import write_json
 
     if not os.path.isdir(os.path.join(workdir, "checkpoints")):
         raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to evaluate")
     config = rundir.with_record(config, workdir, overrides or {})
     cfg = read_config(config)
     rundir.check_same_model(config, workdir)
+    settings = {k: v for k, v in eval_settings.items() if v is not None}
+    try:
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0,
+                                                                 **settings))
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None
     policy, params = build_policy(cfg)
     try:
-        try:
-            params, step = restore_params(workdir, params, policy.state_shardings)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
-        publish(policy, params)
+        params, step = restore_params(workdir, params, policy.state_shardings)
+    except FileNotFoundError:
+        policy.close()
+        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
+    publish(policy, params)
+    return policy, step
+
+
+def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
+                        limit: int = 0, overrides: Mapping[str, Any] | None = None) -> dict:
+    """Loads the newest checkpoint of ``workdir`` and evaluates it on ``split``; returns the
+    results.
+
+    ``config`` may be None (the run's recorded config is used; ``overrides`` apply on top).
+    Builds only the policy (no optimizer, no training state) and reads only its parameters.
+    """
+    from agentic_jax.rl.evaluation import eval_config, evaluate
+    from agentic_jax.utils import write_json
+
+    policy, step = _restored_policy(config, workdir, overrides)
+    try:
         problems = policy.problems.test if split == "test" else policy.problems.train
         problems = problems[:limit] if limit else problems
         settings = eval_config(policy, num_samples)
@@ -68,6 +102,26 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     return results
 
 
+def evaluate_checkpoint_on_benchmarks(
+        config, workdir: str, benchmarks: str, *, num_samples: int | None = None,
+        temperature: float | None = None, top_p: float | None = None,
+        overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
+    """The newest checkpoint of ``workdir`` on ``benchmarks`` ("name=PATH,..."), with the
+    tool loop; writes ``workdir/eval/`` and returns {name: result} (each with the
+    checkpoint's ``step``). Unset settings take the run's ``eval.*`` values."""
+    from agentic_jax.rl.benchmark_eval import run_benchmarks
+
+    if not benchmarks:
+        raise ValueError("--benchmarks: expected name=PATH,..., got ''")
+    policy, step = _restored_policy(config, workdir, overrides, benchmarks=benchmarks,
+                                    num_samples=num_samples, temperature=temperature,
+                                    top_p=top_p)
+    try:
+        return run_benchmarks(policy, workdir, policy.cfg.eval, step=step)
+    finally:
+        policy.close()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
@@ -79,12 +133,22 @@ def main(argv: list[str]) -> int:
     logging.getLogger("agentic_jax").setLevel(logging.INFO)
     overrides = config_flags.get_override_values(flags.FLAGS["config"]) if _CONFIG.value else {}
     try:
-        results = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value,
-                                      num_samples=_NUM_SAMPLES.value, limit=_LIMIT.value,
-                                      overrides=overrides)
+        if _BENCHMARKS.value:
+            results = evaluate_checkpoint_on_benchmarks(
+                _CONFIG.value, _WORKDIR.value, _BENCHMARKS.value,
+                num_samples=_NUM_SAMPLES.value, temperature=_TEMPERATURE.value,
+                top_p=_TOP_P.value, overrides=overrides)
+        else:
+            results = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value,
+                                          num_samples=_NUM_SAMPLES.value or 1,
+                                          limit=_LIMIT.value, overrides=overrides)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if _BENCHMARKS.value:
+        print(markdown_table(results), end="")
+        print(f"files: {os.path.join(_WORKDIR.value, 'eval')}")
+        return 0
     for mode in ("tools", "direct"):
         r = results[mode]
         print(f"{mode}: accuracy {r['accuracy']:.3f}, code-use {r['code_use_rate']:.3f}, "

@@ -103,7 +103,9 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.eval_temperature = 0.0  # held-out evaluations (0: greedy)
 
     c.data = ml_collections.ConfigDict()
-    c.data.source = "curriculum"  # curriculum | jsonl:PATH | gsm8k | math_dataset/<module>
+    # curriculum | file:PATH (a dataset file or directory in its own layout) | jsonl:PATH |
+    # gsm8k | math_dataset/<module>; dataset problems have stage "external"
+    c.data.source = "curriculum"
     c.data.stages = ("arithmetic",)
     c.data.max_difficulty = 0.5  # fraction of each stage's difficulty range used
     # Problem kinds to train on (empty: every kind of the stages). The CPU default keeps the
@@ -116,6 +118,8 @@ def _default() -> ml_collections.ConfigDict:
     c.data.template = "short"
     c.data.scheduler_threshold = 0.7
     c.data.scheduler_window = 256
+    c.data.levels = ()  # file: sources in the MATH layout: keep these levels, e.g. (3, 4, 5)
+    c.data.decontaminate = False  # drop training problems sharing a 13-gram with eval.benchmarks
 
     c.warmstart = ml_collections.ConfigDict()
     c.warmstart.enabled = True  # skipped for model.path and checkpoint.init_from
@@ -136,6 +140,16 @@ def _default() -> ml_collections.ConfigDict:
     c.checkpoint.keep = 3
     c.checkpoint.async_save = True
     c.checkpoint.init_from = ""  # a run or checkpoint directory to start from (no warm start)
+
+    # Benchmarks from local files, e.g. "math500=/data/math500.jsonl,aime24=/data/aime24.parquet":
+    # every_steps > 0 evaluates them during training (DIR/eval/, history.png); the training
+    # set's overlap with them is logged at start either way.
+    c.eval = ml_collections.ConfigDict()
+    c.eval.benchmarks = ""
+    c.eval.every_steps = 0  # 0: not during training
+    c.eval.num_samples = 16  # per problem: avg@K, pass@1..K, maj@K
+    c.eval.temperature = 0.6
+    c.eval.top_p = 0.95
 
     c.logging = ml_collections.ConfigDict()
     c.logging.every_steps = 1

@@ -1,6 +1,11 @@
-"""Problem sources named by `data.source`: the curriculum, a jsonl file, tensorflow-datasets.
+"""Problem sources named by `data.source`: the curriculum, dataset files, tensorflow-datasets.
 
     curriculum                      the generated curriculum (split "train" or "test")
+    file:PATH                       a jsonl / json / parquet file or a `datasets` directory in
+                                    a dataset's own layout (MATH, DeepScaleR, ORZ-57k,
+                                    DAPO-Math-17k, GSM8K, ...: `agentic_jax.data.benchmarks`),
+                                    split into "train" / "test" like the curriculum; a
+                                    DatasetDict directory gives its "train" split
     jsonl:PATH                      one JSON object per line: question, answer, optional tests
     gsm8k                           tfds GSM8K; the answer after "####", commas removed
     math_dataset/<module>           tfds DeepMind mathematics, e.g. math_dataset/algebra__linear_1d
@@ -166,21 +171,42 @@ def _curriculum(split: str, seed: int, test_fraction: float) -> list[Problem]:
     return train if split == "train" else test
 
 
+def _file(path: str, split: str, seed: int, test_fraction: float,
+          levels: Iterable[int] | None, stats: SourceStats) -> list[Problem]:
+    # benchmarks reads rows with this module's helpers, so it is imported here, not above.
+    from agentic_jax.data.benchmarks import load_benchmark
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split: a file: source has 'train' and 'test', got {split!r}")
+    if not os.path.exists(path):
+        raise ValueError(f"data.source='file:{path}': no such file or directory")
+    dataset_dict = os.path.exists(os.path.join(path, "dataset_dict.json"))
+    problems = load_benchmark(path, split="train" if dataset_dict else None, levels=levels,
+                              stats=stats)
+    train, test = split_problems(problems, test_fraction, seed)
+    return train if split == "train" else test
+
+
 def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction: float = 0.1,
                 data_dir: str | None = None, limit: int | None = None,
-                stats: SourceStats | None = None) -> list[Problem]:
+                stats: SourceStats | None = None,
+                levels: Iterable[int] | None = None) -> list[Problem]:
     """Loads the problems a `data.source` spec names (see the module docstring).
 
     Args:
-      spec: "curriculum", "jsonl:PATH", "gsm8k" or "math_dataset/<module>".
-      split: "train"/"test" for the curriculum, the tfds split name for tfds sources; a jsonl
-        file is its own split.
-      seed, test_fraction: curriculum generation and its train/test split.
+      spec: "curriculum", "file:PATH", "jsonl:PATH", "gsm8k" or "math_dataset/<module>".
+      split: "train"/"test" for the curriculum and file: sources, the tfds split name for tfds
+        sources; a jsonl file is its own split.
+      seed, test_fraction: curriculum generation and the train/test split of the curriculum
+        and of file: sources.
       data_dir: tfds data directory (prepared offline).
       limit: at most this many problems.
       stats: filled with the loaded and skipped counts.
+      levels: file: sources only: keep the rows of these MATH levels (e.g. (3, 4, 5)).
     """
     stats = stats if stats is not None else SourceStats()
+    if levels is not None and not spec.startswith("file:"):
+        raise ValueError(f"data.levels: applies to file: sources, not {spec!r}")
     rows: Iterable[Problem]
     if spec == "curriculum":
         rows = _curriculum(split, seed, test_fraction)
@@ -189,11 +215,13 @@ def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction
         if not os.path.isfile(path):
             raise ValueError(f"data.source={spec!r}: no such file {path!r}")
         rows = _jsonl_rows(path, stats)
+    elif spec.startswith("file:"):
+        rows = _file(spec[len("file:"):], split, seed, test_fraction, levels, stats)
     elif spec == "gsm8k" or spec.startswith("math_dataset/"):
         rows = _tfds_rows(spec, split, data_dir, stats)
     else:
-        raise ValueError(f"data.source={spec!r}: expected 'curriculum', 'jsonl:PATH', 'gsm8k' "
-                         "or 'math_dataset/<module>'")
+        raise ValueError(f"data.source={spec!r}: expected 'curriculum', 'file:PATH', "
+                         "'jsonl:PATH', 'gsm8k' or 'math_dataset/<module>'")
     problems = []
     for problem in rows:
         if limit is not None and len(problems) >= limit:

@@ -112,17 +112,24 @@ def plot_summary(results: Mapping[str, Mapping], path: str) -> str:
 
 
 def append_history(eval_dir: str, step: int, results: Mapping[str, Mapping]) -> str:
-    """Appends one line {"step", "<benchmark>/avg@K", ...} to ``history.jsonl`` and redraws
-    ``history.png`` (avg@K of every benchmark against the step)."""
+    """Adds one line {"step", "<benchmark>/avg@K", ...} to ``history.jsonl`` and redraws
+    ``history.png`` (avg@K of every benchmark against the step). Lines of this step or later
+    go first: a run resumed from an earlier checkpoint redoes those steps."""
     path = os.path.join(eval_dir, "history.jsonl")
     record = {"step": step}
     for name, result in results.items():
         record.update({f"{name}/{k}": v for k, v in headline(result).items()})
-    os.makedirs(eval_dir, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    kept = [line for line in _history_lines(path) if json.loads(line)["step"] < step]
+    atomic_write(path, "".join(line + "\n" for line in kept + [json.dumps(record)]))
     _plot_history(path, os.path.join(eval_dir, "history.png"))
     return path
+
+
+def _history_lines(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def _plot_history(history_path: str, png_path: str) -> None:
@@ -131,8 +138,7 @@ def _plot_history(history_path: str, png_path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(history_path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
+    records = [json.loads(line) for line in _history_lines(history_path)]
     fig, ax = plt.subplots(figsize=(7, 4))
     names = sorted({key for r in records for key in r if "/avg@" in key})
     for key in names:

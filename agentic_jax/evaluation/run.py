@@ -27,6 +27,7 @@ from agentic_jax.evaluation.metrics import (
 )
 from agentic_jax.reward import grade_answer
 
+logger = logging.getLogger(__name__)
 SampleFn = Callable[[Sequence, int], Sequence[Sequence[Sample | str]]]
 
 
@@ -60,12 +61,13 @@ def evaluate_benchmark(name: str, problems: Sequence, samples: Sequence[Sequence
 
 
 def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, eval_dir: str, *,
-                        num_samples: int, step: int | None = None, grade: Grade = grade_answer,
-                        num_resamples: int = NUM_RESAMPLES, seed: int = 0,
-                        write: bool = True) -> dict[str, dict]:
+                        num_samples: int, step: int | None = None, history: bool = True,
+                        grade: Grade = grade_answer, num_resamples: int = NUM_RESAMPLES,
+                        seed: int = 0, write: bool = True) -> dict[str, dict]:
     """Samples ``num_samples`` responses per problem with ``sample(problems, num_samples)``,
     scores them and writes ``eval_dir``/<name>.json, <name>.samples.jsonl, summary.md,
-    summary.png (and history.jsonl / history.png when ``step`` is given). Returns
+    summary.png (and, when ``step`` is given and ``history``, history.jsonl / history.png;
+    ``step`` is recorded in each result either way). Returns
     {name: result}. On several hosts every host calls this (the sampler is collective and
     returns every problem's samples) and only process 0 passes ``write=True``."""
     if num_samples < 1:
@@ -74,7 +76,7 @@ def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, ev
     for name, problems in benchmarks.items():
         if not problems:
             raise ValueError(f"benchmark {name!r} has no problems")
-        logging.info("evaluating %s: %d problems x %d samples", name, len(problems), num_samples)
+        logger.info("evaluating %s: %d problems x %d samples", name, len(problems), num_samples)
         samples = _as_samples(name, problems, sample(problems, num_samples), num_samples)
         result, scores = evaluate_benchmark(name, problems, samples, grade=grade,
                                             num_resamples=num_resamples, seed=seed)
@@ -84,13 +86,13 @@ def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, ev
             report.write_result(eval_dir, name, result)
             report.write_transcripts(eval_dir, name, problems, samples, scores)
         results[name] = result
-        logging.info("%s: %s", name, ", ".join(f"{k}={v:.3f}"
+        logger.info("%s: %s", name, ", ".join(f"{k}={v:.3f}"
                                                   for k, v in report.headline(result).items()))
     if not write:
         return results
     summary = os.path.join(eval_dir, "summary.md")
     report.atomic_write(summary, report.markdown_table(results))
     report.plot_summary(results, os.path.join(eval_dir, "summary.png"))
-    if step is not None:
+    if step is not None and history:
         report.append_history(eval_dir, step, results)
     return results

@@ -20,6 +20,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from agentic_jax.data import Problem, prompts
+from agentic_jax.data.benchmarks import load_benchmarks
+from agentic_jax.data.decontaminate import contamination_report, decontaminate
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.data.sources import load_source
 from agentic_jax.parallel import (
@@ -40,6 +42,7 @@ class Problems:
     train: list[Problem]
     test: list[Problem]
     stages: list[str]  # every stage name the run can see, sorted (the same on every host)
+    benchmarks: dict[str, list[Problem]]  # eval.benchmarks by name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,19 +212,30 @@ def _problems(cfg: RunConfig) -> Problems:
                     and (not d.kinds or p.kind in d.kinds)]
         train, test = pick("train"), pick("test")
     else:
-        train = load_source(d.source, split="train", seed=cfg.seed)
-        test = load_source(d.source, split="test", seed=cfg.seed)
+        def load(split: str) -> list[Problem]:
+            return load_source(d.source, split=split, seed=cfg.seed,
+                               test_fraction=d.test_fraction, levels=d.levels or None)
+        train, test = load("train"), load("test")
+    benchmarks = load_benchmarks(cfg.eval.specs)
+    if benchmarks:
+        # The overlap is logged either way; with data.decontaminate it is also dropped.
+        if d.decontaminate:
+            train, report = decontaminate(train, benchmarks)
+        else:
+            report = contamination_report(train, benchmarks)
+        logger.info("%s%s", report.summary(), "; dropped" if d.decontaminate else "")
     if not train:
         raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
                           f"data.stages={d.stages}")
     test = test[:d.eval_size] if test else train[:d.eval_size]
-    return Problems(train, test, sorted({p.stage for p in train + test}))
+    return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
 
 
 def _check_prompts(policy_: Policy) -> None:
     """Every host checks every prompt the run can draw, so a bad one stops them all here."""
     p = policy_.problems
-    longest = max(len(policy_.make_prompt(x)) for x in p.train + p.test)
+    every = p.train + p.test + [x for problems in p.benchmarks.values() for x in problems]
+    longest = max(len(policy_.make_prompt(x)) for x in every)
     max_length = policy_.cfg.training.max_length
     if longest >= max_length:
         raise ConfigError(f"training.max_length: expected more than the longest prompt "

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import ml_collections
 
 from agentic_jax.rl.config_groups import (
-    CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig, ModelSpec,
-    RLConfig, TrainingConfig, WarmStartConfig)
+    BenchmarkEvalConfig, CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig,
+    ModelSpec, RLConfig, TrainingConfig, WarmStartConfig)
 
 T = TypeVar("T")
 
@@ -35,6 +35,9 @@ def read_group(cls: type[T], group: Any, name: str, **values: Any) -> T:
     """``cls`` built from the keys of config ``group`` that are its fields, plus ``values``
     (derived fields, which take precedence). A failed check becomes a `ConfigError` that names
     ``name.field``."""
+    if group is None:
+        _raise(f"{name}: the config has no {name!r} group (a run recorded before it existed: "
+               f"pass --config=configs/math_ppo.py to supply it)")
     fields = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: _plain(group[k]) for k in group if k in fields}
     kwargs.update(values)
@@ -84,6 +87,7 @@ class RunConfig:
     mesh: tuple[int, int, int]
     checkpoint: CheckpointConfig
     logging: LoggingConfig
+    eval: BenchmarkEvalConfig
 
     def __post_init__(self):
         if self.rl.algorithm == "ppo" and not self.model.value_head:
@@ -92,6 +96,9 @@ class RunConfig:
         if self.eval_temperature < 0:
             raise ConfigError(f"rollout.eval_temperature: expected a number >= 0, got "
                               f"{self.eval_temperature}")
+        if self.data.decontaminate and not self.eval.benchmarks:
+            raise ConfigError("data.decontaminate: expected eval.benchmarks to name the "
+                              "evaluation sets to decontaminate against, got True with none")
 
 
 def read_config(config: ml_collections.ConfigDict) -> RunConfig:
@@ -129,4 +136,5 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         mesh=(int(config.mesh.data), int(config.mesh.fsdp), int(config.mesh.tensor)),
         checkpoint=read_group(CheckpointConfig, config.checkpoint, "checkpoint"),
         logging=read_group(LoggingConfig, config.logging, "logging"),
+        eval=read_group(BenchmarkEvalConfig, config.get("eval"), "eval"),
     )

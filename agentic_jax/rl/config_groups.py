@@ -134,6 +134,8 @@ class DataConfig:
     template: str
     scheduler_threshold: float
     scheduler_window: int
+    levels: tuple[int, ...]
+    decontaminate: bool
 
     def __post_init__(self):
         from agentic_jax.data.prompts import TEMPLATES
@@ -143,6 +145,47 @@ class DataConfig:
               self.test_fraction)
         check(self.eval_size >= 1, "eval_size", "an integer >= 1", self.eval_size)
         check(bool(self.stages), "stages", "at least one stage", self.stages)
+        check(all(isinstance(x, int) and 1 <= x <= 5 for x in self.levels), "levels",
+              "MATH levels in 1..5 (empty: every row)", self.levels)
+        check(not self.levels or self.source.startswith("file:"), "levels",
+              "() unless data.source is file:PATH", self.levels)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkEvalConfig:
+    """``eval.*``: benchmarks from local files ("name=PATH,..."; empty: none), evaluated every
+    ``every_steps`` RL steps (0: never during training) with ``num_samples`` samples per
+    problem at ``temperature`` / ``top_p``. Named benchmarks are also what the training set is
+    decontaminated against (``data.decontaminate``)."""
+
+    benchmarks: str
+    every_steps: int
+    num_samples: int
+    temperature: float
+    top_p: float
+
+    def __post_init__(self):
+        specs = self.specs  # a malformed list is an error here, before anything runs
+        for name, path in specs.items():
+            check(os.path.exists(path), "benchmarks", f"an existing file or directory for "
+                  f"{name!r}", path)
+        check(self.every_steps >= 0, "every_steps", "an integer >= 0 (0: off)",
+              self.every_steps)
+        check(not self.every_steps or bool(specs), "every_steps",
+              "0 while eval.benchmarks is empty", self.every_steps)
+        check(self.num_samples >= 1, "num_samples", "an integer >= 1", self.num_samples)
+        check(self.temperature >= 0, "temperature", "a number >= 0", self.temperature)
+        check(0 < self.top_p <= 1, "top_p", "a value in (0, 1]", self.top_p)
+
+    @property
+    def specs(self) -> dict[str, str]:
+        """benchmark name -> path."""
+        from agentic_jax.data.benchmarks import parse_benchmark_specs
+
+        try:
+            return parse_benchmark_specs(self.benchmarks)
+        except ValueError as err:
+            raise ValueError(f"benchmarks: {str(err).partition(': ')[2]}") from None
 
 
 @dataclasses.dataclass(frozen=True)

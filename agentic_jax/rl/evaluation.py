@@ -1,5 +1,6 @@
 """Evaluation of the published policy on a problem set: accuracy with and without tools,
-pass@k, code use, tool calls and response length, overall and per stage."""
+pass@k, code use, tool calls and response length, overall and per stage; and
+`sample_episodes`, the sampling that benchmark evaluation scores."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import dataclasses
 from typing import Sequence
 
 import jax
+import numpy as np
 
 from agentic_jax.data import Problem
+from agentic_jax.evaluation import pass_at_k
 from agentic_jax.parallel import gather_rows, process_slice
 from agentic_jax.reward import RewardConfig
 from agentic_jax.rl.builders import Policy
-from agentic_jax.rl.metrics import episode_table, pass_rates, summarize
+from agentic_jax.rl.episode_gather import gather_episodes
+from agentic_jax.rl.metrics import episode_table, summarize
 from agentic_jax.rl.rollouts import grade, row_specs
 from agentic_jax.rollout import Episode, SamplingParams, ToolController
 
@@ -46,17 +50,17 @@ def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools
     """Runs every problem ``cfg.num_samples`` times with the published policy and aggregates.
 
     tools: False is the direct-answer setting (tools forbidden, prompt without the tool
-    format). On several hosts each evaluates its share of the problems and the per-episode
-    rows are gathered before aggregation. Episode j of the whole set draws with key j of one
-    split, so sampled results do not depend on the host split or the chunking.
+    format). On several hosts each evaluates and grades its share of the problems and the
+    per-episode rows are gathered before aggregation. Episode j of the whole set draws with
+    key j of one split, so sampled results do not depend on the host split or the chunking.
     """
     problems = list(policy.problems.test if problems is None else problems)
     cfg = cfg or eval_config(policy)
     k = cfg.num_samples
-    share = process_slice(len(problems))
-    jobs = [p for p in problems[share] for _ in range(k)]
-    episodes = _rollout(policy, jobs, tools, cfg, job_offset=share.start * k,
-                        job_total=len(problems) * k)
+    # With several samples per problem a greedy setting would repeat one answer k times.
+    temperature = cfg.temperature if k == 1 else (cfg.temperature or 1.0)
+    jobs, episodes = _rollout_share(policy, problems, k, tools,
+                                    SamplingParams(temperature=temperature), cfg.batch_size)
     grade(episodes, jobs, RewardConfig(use_verification=policy.cfg.reward.use_verification),
           sandbox=policy.sandbox)
     table = gather_rows(episode_table(episodes, policy.problems.stages))
@@ -67,22 +71,54 @@ def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools
     return out
 
 
-def _rollout(policy: Policy, jobs: list[Problem], tools: bool, cfg: EvalConfig, *,
-             job_offset: int, job_total: int) -> list[Episode]:
+def pass_rates(correct: np.ndarray, k: int) -> dict[str, float]:
+    """pass@1 and pass@k (mean over problems) of rows that come in groups of ``k`` samples per
+    problem."""
+    per_problem = (correct > 0).reshape(-1, k).sum(axis=1)
+    return {f"pass@{kk}": float(np.mean([pass_at_k(k, int(c), kk) for c in per_problem]))
+            for kk in sorted({1, k})}
+
+
+def sample_episodes(policy: Policy, problems: Sequence[Problem], *, num_samples: int,
+                    tools: bool, sampling: SamplingParams,
+                    batch_size: int | None = None) -> list[Episode]:
+    """``num_samples`` ungraded episodes of every problem, problem-major (episode
+    i * num_samples + s is sample s of problem i), on every host.
+
+    Each host rolls out its share of the problems and the episodes are gathered
+    (collective: every host calls it). Episode j draws with key j of one split of the run's
+    seed, whatever the host split or the chunking. ``batch_size``: episodes per agent call on
+    a host (default: one training step's, `eval_config`).
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples: expected an integer >= 1, got {num_samples}")
+    batch_size = batch_size or eval_config(policy).batch_size
+    _, episodes = _rollout_share(policy, list(problems), num_samples, tools, sampling,
+                                 batch_size)
+    return gather_episodes(episodes)
+
+
+def _rollout_share(policy: Policy, problems: list[Problem], k: int, tools: bool,
+                   sampling: SamplingParams, batch_size: int
+                   ) -> tuple[list[Problem], list[Episode]]:
+    """This host's jobs (its share of ``problems``, each ``k`` times) and their episodes."""
+    share = process_slice(len(problems))
+    jobs = [p for p in problems[share] for _ in range(k)]
     e = policy.cfg.environment
     controller = ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
                                 mode="fixed" if tools else "forbidden")
-    temperature = cfg.temperature if cfg.num_samples == 1 else (cfg.temperature or 1.0)
-    agent = policy.agent(controller, dataclasses.replace(
-        policy.agent_cfg, sampling=SamplingParams(temperature=temperature)))
+    agent = policy.agent(controller, dataclasses.replace(policy.agent_cfg, sampling=sampling))
     rng = jax.random.key(policy.cfg.seed)
     # Room after the last episode for the padding rows of a final, partial chunk.
-    total = job_total + cfg.batch_size
+    total = len(problems) * k + batch_size
+    offset = share.start * k
     episodes: list[Episode] = []
-    for start in range(0, len(jobs), cfg.batch_size):
-        chunk = jobs[start:start + cfg.batch_size]
-        padded = chunk + [chunk[-1]] * (cfg.batch_size - len(chunk))  # one compiled shape
-        result = agent.run(row_specs(policy, padded, allow_tools=tools), rng,
-                           row_offset=job_offset + start, total_rows=total)
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start:start + batch_size]
+        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape
+        # group_id: the problem's index in ``problems``, whatever the chunking.
+        specs = row_specs(policy, padded, allow_tools=tools, group_size=k,
+                          first_row=offset + start)
+        result = agent.run(specs, rng, row_offset=offset + start, total_rows=total)
         episodes.extend(result.episodes[:len(chunk)])
-    return episodes
+    return jobs, episodes

@@ -7,7 +7,6 @@ contributes its episodes' rows (`agentic_jax.parallel.gather_rows`) and all agre
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -75,17 +74,3 @@ def summarize(table: dict[str, np.ndarray], stages: Sequence[str], *,
             name = stages[i] if 0 <= i < len(stages) else "other"
             out[f"accuracy/{name}"] = float(correct[table["stage"] == i].mean())
     return out
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n - c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def pass_rates(correct: np.ndarray, k: int) -> dict[str, float]:
-    """pass@1 and pass@k of rows that come in groups of ``k`` samples per problem."""
-    per_problem = (correct > 0).reshape(-1, k).sum(axis=1)
-    return {f"pass@{kk}": float(np.mean([pass_at_k(k, int(c), kk) for c in per_problem]))
-            for kk in sorted({1, k})}

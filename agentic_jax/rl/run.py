@@ -7,7 +7,8 @@
 
 The `TrainState` is passed in and returned by every phase; the run directory holds
 ``config.json``, ``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``initial_eval.json``
-and, at the end, ``summary.json`` and ``curves.png``.
+and, at the end, ``summary.json`` and ``curves.png``; with ``eval.every_steps`` the benchmarks'
+results go to ``eval/`` (``history.jsonl`` / ``history.png`` over the steps).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 from agentic_jax.parallel import agree, is_main_process
 from agentic_jax.rl import rundir
 from agentic_jax.rl import state as state_lib
+from agentic_jax.rl.benchmark_eval import evaluate_in_training
 from agentic_jax.rl.builders import Run, build_run, publish
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.evaluation import evaluate
@@ -85,6 +87,7 @@ def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, wo
         if agree(os.path.exists(init_path)):
             return state, read_json(init_path)
     state, info = _start(run, state, progress)
+    evaluate_in_training(run.policy, workdir, 0, run.cfg.training.total_steps)
     state_lib.save(checkpointer, state, host_state(run), force=True)
     if is_main_process():
         write_json(init_path, info)
@@ -129,6 +132,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
             step = state.step_int + 1
             state, metrics, skipped = rl_step(run, state, step, skipped)
             metrics["num_params"] = num_params
+            metrics.update(evaluate_in_training(run.policy, workdir, step, total))
             if step % cfg.logging.every_steps == 0 or step == total:
                 writer.write(step, metrics)
                 _say(_summary_line(step, metrics), bar if progress else None)

@@ -121,3 +121,42 @@ def test_importing_the_package_loads_no_heavy_libraries():
             "'tensorflow', 'transformers', 'jax') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _math_rows(n):
+    return [{"problem": f"What is {i} + {2 * i + 1}?", "solution": f"$\\boxed{{{3 * i + 1}}}$",
+             "level": f"Level {1 + i % 5}", "type": "Algebra"} for i in range(n)]
+
+
+def test_file_source_reads_a_dataset_layout_and_splits_it(tmp_path):
+    path = tmp_path / "math_train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _math_rows(20)))
+    train = load_source(f"file:{path}", split="train", seed=3, test_fraction=0.25)
+    test = load_source(f"file:{path}", split="test", seed=3, test_fraction=0.25)
+    assert (len(train), len(test)) == (15, 5)
+    assert not {p.id for p in train} & {p.id for p in test}
+    assert all(p.stage == "external" and p.meta["layout"] == "math" for p in train + test)
+    assert {p.question: p.answer for p in train + test}["What is 2 + 5?"] == "7"
+    hard = load_source(f"file:{path}", split="train", test_fraction=0.25, levels=(4, 5))
+    assert hard and {p.meta["level"] for p in hard} <= {4, 5}
+
+
+def test_file_source_of_a_dataset_dict_trains_on_its_train_split(tmp_path):
+    import datasets
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(_math_rows(10)),
+                          "test": datasets.Dataset.from_list(_math_rows(3))}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    problems = load_source(f"file:{tmp_path / 'dd'}", split="train", test_fraction=0.1)
+    assert len(problems) == 9  # 10 train rows, one held out
+
+
+def test_file_source_errors_are_one_line(tmp_path):
+    with pytest.raises(ValueError, match="no such file or directory"):
+        load_source(f"file:{tmp_path / 'missing.jsonl'}")
+    path = tmp_path / "set.jsonl"
+    path.write_text(json.dumps({"question": "What is 2 + 2?", "answer": "4"}) + "\n")
+    with pytest.raises(ValueError, match="data.levels: applies to file: sources"):
+        load_source(f"jsonl:{path}", levels=(3,))
+    with pytest.raises(ValueError, match="split"):
+        load_source(f"file:{path}", split="validation")

@@ -151,3 +151,25 @@ def test_write_false_scores_without_files(tmp_path):
     results = evaluate_benchmarks({"b": [_problem(0, "1")]}, lambda ps, k: [["\\boxed{1}"] * k],
                                   str(tmp_path / "eval"), num_samples=2, step=3, write=False)
     assert results["b"]["avg@2"] == 1.0 and not (tmp_path / "eval").exists()
+
+
+def test_history_keeps_one_line_per_step_when_steps_are_redone(tmp_path):
+    benchmarks = {"b": [_problem(0, "1")]}
+    eval_dir = str(tmp_path / "eval")
+
+    def at(step, answer):
+        evaluate_benchmarks(benchmarks, lambda ps, k: [[f"\\boxed{{{answer}}}"] * k], eval_dir,
+                            num_samples=2, step=step)
+
+    at(0, 1), at(5, 1), at(10, 2)
+    at(5, 2)  # a run resumed from step 5's checkpoint redoes steps 5 and 10
+    history = [json.loads(x) for x in Path(eval_dir, "history.jsonl").read_text().splitlines()]
+    assert [(h["step"], h["b/avg@2"]) for h in history] == [(0, 1.0), (5, 0.0)]
+
+
+def test_a_step_without_history_is_recorded_in_the_results_only(tmp_path):
+    eval_dir = tmp_path / "eval"
+    results = evaluate_benchmarks({"b": [_problem(0, "1")]}, lambda ps, k: [["\\boxed{1}"] * k],
+                                  str(eval_dir), num_samples=2, step=7, history=False)
+    assert results["b"]["step"] == 7 and json.loads((eval_dir / "b.json").read_text())["step"] == 7
+    assert not (eval_dir / "history.jsonl").exists()

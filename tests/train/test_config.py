@@ -27,6 +27,7 @@ FEEDS = {
     "warmstart": [config_lib.WarmStartConfig],
     "checkpoint": [config_lib.CheckpointConfig],
     "logging": [config_lib.LoggingConfig],
+    "eval": [config_lib.BenchmarkEvalConfig],
 }
 # Keys the reader takes by hand, each named in RunConfig / read_config.
 BY_HAND = {"rollout": {"eval_temperature"}, "mesh": {"data", "fsdp", "tensor"},
@@ -74,6 +75,13 @@ def test_unknown_variant():
     ("checkpoint.keep", 0),
     ("data.test_fraction", 1.0),
     ("model.scan_unroll", 0),
+    ("eval.benchmarks", "math500"),
+    ("eval.benchmarks", "math500=/no/such/file.jsonl"),
+    ("eval.every_steps", 5),
+    ("eval.num_samples", 0),
+    ("eval.top_p", 1.5),
+    ("data.levels", (0, 6)),
+    ("data.decontaminate", True),
 ])
 def test_bad_value_is_one_error_naming_the_field(field, value):
     config = tiny_config(**{field: value})
