@@ -66,9 +66,7 @@ class Policy:
     rollout_shardings: Any
 
     def make_prompt(self, problem: Problem, allow_tools: bool = True) -> list[int]:
-        text = prompts.format_prompt(problem.question, template=self.cfg.data.template,
-                                     tokenizer=self.tokenizer, allow_tools=allow_tools)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return encode_prompt(self.cfg, self.tokenizer, problem, allow_tools)
 
     def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
         return AgentLoop(self.sampler, self.tokenizer, self.sandbox, controller,
@@ -104,10 +102,11 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     """The policy's components and its initial model state (preset init or HF weights)."""
     mesh = make_mesh(*cfg.mesh)
     tokenizer = _tokenizer(cfg)
+    problems = _problems(cfg)
+    _check_prompts(cfg, tokenizer, problems)  # before anything slow is built
     model = _model(cfg, mesh, len(tokenizer))
     graphdef, params = nnx.split(model)
     del model  # the state is passed around from here on
-    problems = _problems(cfg)
     policy_ = Policy(
         cfg=cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer), graphdef=graphdef,
         state_shardings=param_shardings(params, mesh),
@@ -116,11 +115,6 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
         rollout_shardings=(param_shardings(params, make_mesh(1, -1, 1,
                                                              devices=jax.local_devices()))
                            if jax.process_count() > 1 else None))
-    try:
-        _check_prompts(policy_)
-    except Exception:
-        policy_.close()
-        raise
     publish(policy_, params)
     return policy_, params
 
@@ -231,12 +225,19 @@ def _problems(cfg: RunConfig) -> Problems:
     return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
 
 
-def _check_prompts(policy_: Policy) -> None:
+def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,
+                  allow_tools: bool = True) -> list[int]:
+    """The prompt tokens of ``problem`` in the run's template."""
+    text = prompts.format_prompt(problem.question, template=cfg.data.template,
+                                 tokenizer=tokenizer, allow_tools=allow_tools)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _check_prompts(cfg: RunConfig, tokenizer: Any, p: Problems) -> None:
     """Every host checks every prompt the run can draw, so a bad one stops them all here."""
-    p = policy_.problems
     every = p.train + p.test + [x for problems in p.benchmarks.values() for x in problems]
-    longest = max(len(policy_.make_prompt(x)) for x in every)
-    max_length = policy_.cfg.training.max_length
+    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in every)
+    max_length = cfg.training.max_length
     if longest >= max_length:
         raise ConfigError(f"training.max_length: expected more than the longest prompt "
                           f"({longest} tokens), got {max_length}")
