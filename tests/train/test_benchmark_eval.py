@@ -197,3 +197,12 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
     # Only 32-bit words, bytes and bools travel (JAX narrows 64-bit values without x64).
     dtypes = {a.dtype for part in packs[0].values() for a in part.values()}
     assert dtypes <= {np.dtype(t) for t in ("int32", "uint32", "uint8", "bool")}, dtypes
+
+
+def test_a_config_recorded_before_the_eval_group_is_one_clear_error():
+    from agentic_jax.rl.config import ConfigError
+
+    config = tiny_config()
+    del config["eval"]
+    with pytest.raises(ConfigError, match=r"^eval: the config has no 'eval' group .*--config="):
+        read_config(config)
