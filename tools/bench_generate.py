@@ -6,6 +6,8 @@ transformers, saved, and loaded back through `from_pretrained`; both libraries t
 timed as the median of repeats in the same run. PyTorch runs on CPU with `--torch_threads`.
 
     python tools/bench_generate.py                          # ours vs HF on CPU, prints the ratio
+    python tools/bench_generate.py --workload=longtail      # RL-like rollouts: engine vs HF
+                                                            # generate / generate_batch / static
     python tools/bench_generate.py --tool_loop              # tool loop's accelerator idle fraction
     python tools/bench_generate.py --gpu_preset qwen2.5-1.5b   # decode tok/s + bandwidth roofline
 
@@ -39,7 +41,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=None,
                         help="rows (default 32; 64 with --gpu_preset)")
     parser.add_argument("--prompt_len", type=int, default=16)
-    parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--new_tokens", type=int, default=None,
+                        help="new tokens (the cap with --workload=longtail); default 128 / 384")
+    parser.add_argument("--workload", choices=("short", "longtail"), default="short")
+    parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")
+    parser.add_argument("--stop_ids", type=int, default=4, help="longtail: stop ids")
+    parser.add_argument("--vocab", type=int, default=512, help="longtail: vocabulary")
+    parser.add_argument("--slots", type=int, default=48, help="longtail: engine decode slots")
+    parser.add_argument("--decode_steps", type=int, default=32,
+                        help="longtail: engine decode steps per round trip")
+    parser.add_argument("--kv_fraction", type=float, default=0.35,
+                        help="longtail: engine page pool as a fraction of a dense cache")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is kept")
     parser.add_argument("--torch_threads", type=int, default=2)
     parser.add_argument("--tool_loop", action="store_true",
@@ -51,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow_cpu", action="store_true",
                         help="let --gpu_preset run on CPU (a smoke test of the code path only)")
     args = parser.parse_args(argv)
+    longtail = args.workload == "longtail"
+    if args.new_tokens is None:
+        args.new_tokens = 384 if longtail else 128
     if args.batch is None:
         args.batch = 64 if args.gpu_preset else 32
     return args
@@ -76,13 +91,13 @@ def median_seconds(fns: list[Callable[[], Any]], repeats: int) -> list[float]:
 # ------------------------------------------------------------------------ ours vs transformers
 
 
-def hf_model(directory: str):
+def hf_model(directory: str, vocab: int = 1024):
     """A random 4-layer, 256-wide GQA Qwen2 made with transformers and saved to `directory`."""
     import torch
     import transformers
 
     config = transformers.Qwen2Config(
-        vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+        vocab_size=vocab, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
         tie_word_embeddings=True)
     torch.manual_seed(0)
@@ -109,6 +124,17 @@ def hf_generate(model, prompts: np.ndarray, new_tokens: int, sample: bool) -> np
     return out[:, prompts.shape[1]:].numpy()
 
 
+def static_generate(model, prompts: list[list[int]], new_tokens: int,
+                    temperature: float) -> list[list[int]]:
+    """The static sampler: one prefill, every row decodes `new_tokens` in one dispatch."""
+    sampler = Sampler(model, max_len=max(map(len, prompts)) + new_tokens)
+    n = len(prompts)
+    out = sampler.decode(sampler.prefill(prompts), jax.random.split(jax.random.key(0), n),
+                         active=np.ones(n, bool), budget=np.full(n, new_tokens), stop_ids=[],
+                         params=SamplingParams(temperature), num_steps=new_tokens)
+    return jax.device_get(out[1]).tolist()
+
+
 def bench_vs_transformers(args: argparse.Namespace) -> None:
     import torch
 
@@ -125,15 +151,18 @@ def bench_vs_transformers(args: argparse.Namespace) -> None:
           f"{args.repeats}")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.device_count()} devices); "
           f"torch {torch.__version__} with {torch.get_num_threads()} threads")
-    print(f"{'mode':<8} {'ours tok/s':>12} {'HF tok/s':>12} {'ratio':>7}")
+    print(f"{'mode':<8} {'engine tok/s':>12} {'static tok/s':>12} {'HF tok/s':>12} "
+          f"{'engine/HF':>9} {'static/HF':>9}")
     for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         run_ours = functools.partial(generate, ours, prompt_lists,
                                      max_new_tokens=args.new_tokens, temperature=temperature)
+        run_static = functools.partial(static_generate, ours, prompt_lists, args.new_tokens,
+                                       temperature)
         run_hf = functools.partial(hf_generate, hf, prompts, args.new_tokens,
                                    sample=temperature > 0)
-        ours_s, hf_s = median_seconds([run_ours, run_hf], args.repeats)
-        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / hf_s:>12.0f} "
-              f"{hf_s / ours_s:>6.2f}x")
+        ours_s, static_s, hf_s = median_seconds([run_ours, run_static, run_hf], args.repeats)
+        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / static_s:>12.0f} "
+              f"{tokens / hf_s:>12.0f} {hf_s / ours_s:>8.2f}x {hf_s / static_s:>8.2f}x")
         if mode == "greedy":
             agree = np.mean(np.asarray(run_ours()) == run_hf())
             print(f"         greedy tokens equal to HF's: {agree:.1%}")
@@ -281,9 +310,23 @@ def bench_tool_loop(args: argparse.Namespace) -> None:
           f"only: {med.get('tool_wait_s', 0) / med['rollout_s']:.1%})")
 
 
+def bench_longtail(args: argparse.Namespace) -> None:
+    import torch
+
+    import bench_generate_longtail
+
+    torch.set_num_threads(args.torch_threads)
+    with tempfile.TemporaryDirectory() as directory:
+        hf = hf_model(directory, args.vocab)
+        ours = from_pretrained(directory, dtype="float32")
+    bench_generate_longtail.run(args, hf, ours, median_seconds)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.gpu_preset:
+    if args.workload == "longtail":
+        bench_longtail(args)
+    elif args.gpu_preset:
         bench_accelerator(args)
     elif args.tool_loop:
         bench_tool_loop(args)

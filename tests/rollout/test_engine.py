@@ -64,9 +64,11 @@ def test_sampled_tokens_equal_the_static_sampler(model, baseline):
 
 
 @pytest.mark.parametrize("cfg,order", [
-    (EngineConfig(num_slots=1, page_size=4), None),
-    (EngineConfig(num_slots=3, page_size=16, decode_steps=5), None),
-    (EngineConfig(num_slots=10, page_size=2, decode_steps=64), list(range(9, -1, -1))),
+    pytest.param(EngineConfig(num_slots=1, page_size=4), None, marks=pytest.mark.slow),
+    pytest.param(EngineConfig(num_slots=3, page_size=16, decode_steps=5), None,
+                 marks=pytest.mark.slow),
+    pytest.param(EngineConfig(num_slots=10, page_size=2, decode_steps=64),
+                 list(range(9, -1, -1)), marks=pytest.mark.slow),
     # A pool a little over one sequence: preemption on almost every step.
     (EngineConfig(num_slots=4, page_size=4, kv_pages=26, decode_steps=8), None),
 ])
@@ -89,6 +91,7 @@ def test_prefix_sharing_equals_separate_prompts(model, baseline):
         assert events[i].tokens == unshared[i].tokens == baseline[i].tokens
 
 
+@pytest.mark.slow
 def test_greedy_generate_equals_static_sampler(model):
     out = generate(model, PROMPTS, max_new_tokens=NEW, temperature=0.0,
                    engine_config=EngineConfig(num_slots=3, page_size=4))

@@ -121,8 +121,18 @@ class Engine:
         """Admits queued requests into free slots, runs one prefill chunk and one decode round
         trip (up to ``decode_steps`` tokens per slot); returns the sequences that left a slot."""
         self._admit()
-        self._run_prefill()
-        self._run_decode()
+        prefilled, budget = False, self.cfg.prefill_tokens_per_step
+        while budget > 0:
+            written = self._run_prefill()
+            if not written:
+                break
+            prefilled, budget = True, budget - written
+        decoded = self._run_decode()
+        if not (prefilled or decoded) and self._any_holder_active():
+            # Slotted sequences wait for pages that others hold: free the newest holder's.
+            victim = self._newest(lambda s: s.state != WAITING)
+            if victim is not None:
+                self._preempt(victim)
         events, self._events = self._events, []
         self.stats.pages_in_use = self.pool.in_use
         self.stats.pages_peak = self.pool.peak
@@ -173,6 +183,19 @@ class Engine:
             raise RuntimeError("rollout engine: the page pool cannot admit any request")
         self._preempt(victim)
 
+    def _alloc(self, n: int) -> list[int] | None:
+        """n pages, dropping idle prefixes (not being filled or forked in a slot; their queued
+        members prefill them again) when the pool is short; None if still short."""
+        pages = self.pool.alloc(n)
+        if pages is not None:
+            return pages
+        in_slots = {id(s.prefix) for s in self.slots if s is not None and s.prefix is not None}
+        for prefix in self.prefixes.values():
+            if prefix.pages is not None and id(prefix) not in in_slots:
+                self.pool.release(prefix.pages)
+                prefix.pages, prefix.written = None, 0
+        return self.pool.alloc(n)
+
     def _any_holder_active(self) -> bool:
         return any(s is not None for s in self.slots)
 
@@ -184,13 +207,13 @@ class Engine:
             self._detach(seq)        # a prompt sampled once gains nothing from sharing
             prefix = None
         if prefix is None:
-            pages = self.pool.alloc(seq.pages_for(seq.context_len, ps))
+            pages = self._alloc(seq.pages_for(seq.context_len, ps))
             if pages is None:
                 return False
             seq.pages.extend(pages)
             return True
         if prefix.pages is None:
-            pages = self.pool.alloc(-(-len(prefix.tokens) // ps))
+            pages = self._alloc(-(-len(prefix.tokens) // ps))
             if pages is None:
                 return False
             prefix.pages = pages
@@ -213,7 +236,7 @@ class Engine:
         seq.pages = list(prefix.pages[:full])
         self.pool.share(seq.pages)
         if len(prefix.tokens) % ps:
-            page = self.pool.alloc(1)
+            page = self._alloc(1)
             if page is None:                 # reserved at admission; the pool changed since
                 self.pool.release(seq.pages)
                 seq.pages = []
@@ -261,21 +284,26 @@ class Engine:
                 break
         return jobs
 
-    def _run_prefill(self) -> None:
+    def _run_prefill(self) -> int:
+        """One chunk for up to prefill_rows contexts; returns the tokens written (0: none)."""
         self._flush_copies()
         jobs = self._prefill_jobs()
         if not jobs:
-            return
+            return 0
         t0 = time.perf_counter()
-        rows = _bucket(len(jobs), self.cfg.prefill_rows)
-        width = -(-max(len(j[1]) for j in jobs) // 16) * 16
-        table_w = _bucket(max(len(j[3]) for j in jobs), self.max_pages)
+        # Fixed rows, power-of-two chunk and table widths: a handful of compilations, and a
+        # chunk attends over the pages up to its own end, not over max_seq_len.
+        rows = self.cfg.prefill_rows
+        width = max(16, _bucket(max(len(j[1]) for j in jobs), 1 << 30))
+        ps = self.cfg.page_size
+        table_w = _bucket(max(-(-(j[2] + len(j[1])) // ps) for j in jobs), self.max_pages)
         tokens = np.zeros((rows, width), np.int32)
         start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
         tables = np.zeros((rows, table_w), np.int32)
         for r, (_, chunk, s, pages) in enumerate(jobs):
             tokens[r, :len(chunk)], start[r], lens[r] = chunk, s, len(chunk)
-            tables[r, :len(pages)] = pages
+            used = pages[:table_w]
+            tables[r, :len(used)] = used
         self.kv = pm.prefill_jit(self.graphdef, self.params, self.kv, tokens, start, lens, tables)
         jax.block_until_ready(self.kv)
         for target, chunk, _, _ in jobs:
@@ -290,6 +318,7 @@ class Engine:
         self.stats.prefill_calls += 1
         self.stats.prefill_tokens += int(lens.sum())
         self.stats.prefill_s += time.perf_counter() - t0
+        return int(lens.sum())
 
     def _flush_copies(self) -> None:
         if not self._copies:
@@ -310,7 +339,7 @@ class Engine:
         for seq in sorted(self._running(), key=lambda s: s.order):
             while seq.state == RUNNING:
                 need = seq.pages_for(seq.length + min(steps, seq.budget), ps)
-                pages = self.pool.alloc(need)
+                pages = self._alloc(need)
                 if pages is not None:
                     seq.pages.extend(pages)
                     break
@@ -324,14 +353,14 @@ class Engine:
     def _running(self) -> list[Seq]:
         return [s for s in self.slots if s is not None and s.state == RUNNING]
 
-    def _run_decode(self) -> None:
+    def _run_decode(self) -> bool:
+        """One decode round trip of the running slots; False when none was running."""
         running = self._ensure_decode_pages()
         if not running:
-            return
+            return False
         t0 = time.perf_counter()
         cfg, n = self.cfg, self.cfg.num_slots
-        table_w = _bucket(max(len(s.pages) for s in running), self.max_pages)
-        tables = np.zeros((n, table_w), np.int32)
+        tables = np.zeros((n, self.max_pages), np.int32)
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
         live = np.zeros(n, bool)
         keys = np.zeros((n,) + running[0].key_data.shape, np.uint32)
@@ -359,6 +388,7 @@ class Engine:
             i, k = seq.slot, int(count[seq.slot])
             self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], bool(stopped[i]))
         self.stats.decode_s += time.perf_counter() - t0
+        return True
 
     def _pairs(self, running: list[Seq]) -> PagePairs:
         """(slot, page, first position) for every page of the running slots, padded to a power

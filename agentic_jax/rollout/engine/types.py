@@ -26,7 +26,9 @@ class EngineConfig:
     decode_steps: decode steps per device round trip (one `lax.while_loop`); the loop also
       returns early when a slot finishes while requests wait.
     prefill_chunk: context tokens one sequence prefills per engine step (chunked prefill).
-    prefill_rows: sequences prefilled together in one step.
+    prefill_rows: sequences prefilled together in one prefill call.
+    prefill_tokens_per_step: prefill calls per step continue until this many context tokens
+      are written (or none is left), then the step decodes.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
     sampling: temperature / top-p / top-k, shared by all requests.
     """
@@ -39,12 +41,13 @@ class EngineConfig:
     decode_steps: int = 32
     prefill_chunk: int = 256
     prefill_rows: int = 4
+    prefill_tokens_per_step: int = 2048
     attention_impl: str = "auto"
     sampling: SamplingParams = SamplingParams()
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
-                     "prefill_rows"):
+                     "prefill_rows", "prefill_tokens_per_step"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"rollout engine: {name} must be positive, got "
                                  f"{getattr(self, name)}")

@@ -1,0 +1,158 @@
+"""The long-tail rollout workload of `bench_generate.py --workload=longtail`.
+
+Ragged prompts, temperature 1, several stop ids in a small vocabulary so that lengths are
+geometric with a long tail, a cap on new tokens: what an RL rollout looks like. One run times,
+on the same weights, HF `generate` (static batch, left padding), HF `generate_batch`
+(transformers' continuous batching with paged attention), this project's static sampler and the
+rollout engine (through `generate`), interleaved in rounds so machine load falls on all alike.
+tok/s counts the tokens each produced (up to and including the first stop id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+
+from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout.engine import EngineConfig, page_bytes
+
+
+def workload(args: argparse.Namespace) -> tuple[list[list[int]], list[int]]:
+    """`args.prompts` prompts of 8..64 tokens (ids past the stop ids) and the stop ids."""
+    rng = np.random.default_rng(0)
+    stops = list(range(args.stop_ids))
+    prompts = [rng.integers(args.stop_ids, args.vocab, int(rng.integers(8, 65))).tolist()
+               for _ in range(args.prompts)]
+    return prompts, stops
+
+
+def _cut_at_stop(row: list[int], stops: set[int]) -> list[int]:
+    for i, t in enumerate(row):
+        if t in stops:
+            return row[:i + 1]
+    return row
+
+
+def hf_static(hf, prompts, stops, cap: int) -> int:
+    """HF generate on the left-padded batch; returns the tokens produced."""
+    import torch
+    import transformers
+
+    width = max(map(len, prompts))
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):], mask[b, width - len(p):] = torch.tensor(p), 1
+    config = transformers.GenerationConfig(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=cap,
+        eos_token_id=stops, pad_token_id=stops[0])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = hf.generate(ids, attention_mask=mask, generation_config=config)
+    rows = out[:, width:].tolist()
+    return sum(len(_cut_at_stop(r, set(stops))) for r in rows)
+
+
+def hf_continuous(hf, prompts, stops, cap: int) -> int:
+    """HF generate_batch (continuous batching, paged KV); returns the tokens produced."""
+    import torch
+    import transformers
+
+    config = transformers.GenerationConfig(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=cap,
+        eos_token_id=stops, pad_token_id=stops[0])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        results = hf.generate_batch(prompts, generation_config=config, progress_bar=False)
+    return sum(len(r.generated_tokens) for r in results.values())
+
+
+def static_sampler(model, prompts, stops, cap: int) -> int:
+    """This project's static batch: one prefill, every row decodes until the longest is done."""
+    sampler = Sampler(model, max_len=max(map(len, prompts)) + cap)
+    n = len(prompts)
+    out = sampler.decode(sampler.prefill(prompts), jax.random.split(jax.random.key(0), n),
+                         active=np.ones(n, bool), budget=np.full(n, cap), stop_ids=stops,
+                         params=SamplingParams(1.0), num_steps=cap)
+    return int(jax.device_get(out[4]).sum())
+
+
+def engine(model, prompts, stops, cap: int, cfg: EngineConfig) -> int:
+    return sum(map(len, generate(model, prompts, max_new_tokens=cap, temperature=1.0,
+                                 stop_tokens=stops, engine_config=cfg)))
+
+
+def engine_stats(model, prompts, stops, cap: int, cfg: EngineConfig) -> dict[str, float]:
+    """The engine's statistics for one run of the workload."""
+    from agentic_jax.rollout.engine import Engine, Request
+
+    cfg = dataclasses.replace(cfg, max_seq_len=max(map(len, prompts)) + cap)
+    eng = Engine(model, cfg)
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
+    for i, p in enumerate(prompts):
+        eng.submit(Request(i, tuple(p), cap, keys[i], stop_tokens=tuple(stops)))
+    eng.run()
+    return eng.stats.as_dict()
+
+
+def greedy_agreement(hf, model, prompts, new_tokens: int) -> float:
+    """Share of greedy tokens equal to HF's (HF one unpadded prompt at a time, no stop ids)."""
+    import torch
+    import transformers
+
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new_tokens,
+                                           eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        expected = [hf.generate(torch.tensor([p]), generation_config=config)[0, len(p):].tolist()
+                    for p in prompts]
+    ours = generate(model, prompts, max_new_tokens=new_tokens, temperature=0.0)
+    return float(np.mean(np.asarray(ours) == np.asarray(expected)))
+
+
+def run(args: argparse.Namespace, hf, model, median_seconds) -> None:
+    import torch
+
+    prompts, stops = workload(args)
+    cap, mcfg = args.new_tokens, model.cfg
+    ps = 16
+    per_position = page_bytes(mcfg, ps) // ps
+    dense_bytes = len(prompts) * (max(map(len, prompts)) + cap) * per_position
+    kv_pages = int(args.kv_fraction * dense_bytes) // page_bytes(mcfg, ps)
+    cfg = EngineConfig(num_slots=args.slots, page_size=ps, kv_pages=kv_pages,
+                       decode_steps=args.decode_steps)
+    fns = {
+        "HF generate (static)": functools.partial(hf_static, hf, prompts, stops, cap),
+        "HF generate_batch (CB)": functools.partial(hf_continuous, hf, prompts, stops, cap),
+        "ours: static sampler": functools.partial(static_sampler, model, prompts, stops, cap),
+        "ours: engine": functools.partial(engine, model, prompts, stops, cap, cfg),
+    }
+    tokens = {name: fn() for name, fn in fns.items()}
+    seconds = median_seconds(list(fns.values()), args.repeats)
+    rate = {name: tokens[name] / s for name, s in zip(fns, seconds)}
+    lengths = [len(p) for p in prompts]
+    print(f"longtail: {len(prompts)} prompts of {min(lengths)}..{max(lengths)} tokens, "
+          f"temperature 1, {len(stops)} stop ids in a {args.vocab} vocabulary, cap {cap}; "
+          f"Qwen2 4 layers, hidden 256, 8/2 heads, float32; median of {args.repeats}")
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
+          f"with {torch.get_num_threads()} threads; engine: {args.slots} slots, page {ps}, "
+          f"{kv_pages} pages, {args.decode_steps} decode steps per round trip")
+    print(f"{'':<24} {'tokens':>7} {'tok/s':>8} {'vs HF gen':>10} {'vs HF CB':>9}")
+    for name in fns:
+        print(f"{name:<24} {tokens[name]:>7} {rate[name]:>8.0f} "
+              f"{rate[name] / rate['HF generate (static)']:>9.2f}x "
+              f"{rate[name] / rate['HF generate_batch (CB)']:>8.2f}x")
+    stats = engine_stats(model, prompts, stops, cap, cfg)
+    print(f"engine KV: pool {stats['kv_pool_bytes'] / 2**20:.1f} MiB "
+          f"({stats['kv_pool_bytes'] / dense_bytes:.0%} of a dense cache of "
+          f"{dense_bytes / 2**20:.1f} MiB), peak in use {stats['kv_peak_bytes'] / 2**20:.1f} MiB "
+          f"({stats['kv_peak_bytes'] / dense_bytes:.0%})")
+    print(f"engine: slot utilisation {stats['slot_utilisation']:.1%}, preemptions "
+          f"{stats['preemptions']:.0f}, prefill {stats['prefill_s']:.2f} s / decode "
+          f"{stats['decode_s']:.2f} s, {stats['decode_calls']:.0f} decode round trips")
+    agree = greedy_agreement(hf, model, prompts[:8], 48)
+    print(f"greedy tokens equal to HF's (8 prompts x 48 tokens): {agree:.1%}")
+    print("median seconds: " + ", ".join(f"{n} {s:.2f}" for n, s in zip(fns, seconds)))
