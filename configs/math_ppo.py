@@ -72,6 +72,8 @@ def _default() -> ml_collections.ConfigDict:
     c.environment.num_workers = 0  # 0: one per CPU
     c.environment.tool_mode = "adaptive"  # adaptive | fixed | forbidden (direct-answer ablation)
     c.environment.max_output_tokens = 32  # tokens of one rendered tool output (head + tail)
+    # An episode's code blocks share one namespace (notebook-style); off as in ZeroTIR.
+    c.environment.stateful = False
 
     c.rl = ml_collections.ConfigDict()
     c.rl.algorithm = "ppo"  # ppo (GAE, needs model.value_head) | grpo | reinforce_pp

@@ -248,13 +248,14 @@ def _sandbox(cfg: RunConfig):
 
     e = cfg.environment
     return Sandbox(SandboxConfig(timeout_ms=e.timeout, memory_mb=e.memory_limit,
-                                 whitelist=e.whitelist, num_workers=e.num_workers or None))
+                                 whitelist=e.whitelist, num_workers=e.num_workers or None,
+                                 stateful=e.stateful))
 
 
 def _agent_config(cfg: RunConfig) -> AgentConfig:
     return AgentConfig(max_length=cfg.training.max_length,
                        max_output_tokens=cfg.environment.max_output_tokens,
-                       sampling=cfg.sampling)
+                       sampling=cfg.sampling, stateful=cfg.environment.stateful)
 
 
 def _scheduler(cfg: RunConfig, train: list[Problem]) -> CurriculumScheduler:

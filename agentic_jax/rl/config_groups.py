@@ -200,6 +200,7 @@ class EnvironmentConfig:
     num_workers: int
     tool_mode: str
     max_output_tokens: int
+    stateful: bool
 
     def __post_init__(self):
         from agentic_jax.rollout.controller import MODES

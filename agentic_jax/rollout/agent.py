@@ -43,6 +43,8 @@ class AgentConfig:
     decode_chunk: decode steps per device dispatch; smaller reacts faster to finished tools.
     sampling: temperature / top-p / top-k.
     stop_on_answer: end an episode as soon as its \\boxed{} answer closes.
+    stateful: an episode's code blocks share one namespace, as in a notebook (the sandbox
+      replays the episode's earlier successful blocks before each new one).
     """
 
     max_length: int
@@ -50,6 +52,7 @@ class AgentConfig:
     decode_chunk: int = 32
     sampling: SamplingParams = SamplingParams()
     stop_on_answer: bool = True
+    stateful: bool = False
 
     def __post_init__(self):
         if self.max_length <= 1:
@@ -96,7 +99,9 @@ class _Row:
     phase: Phase = Phase.DECODING
     turn_start: int = 0                 # response index where the current turn begins
     tool: cf.Future | None = None       # RUNNING_TOOL: the snippet's future
+    tool_code: str = ""                 # RUNNING_TOOL: the snippet
     tool_started: float = 0.0
+    history: list[str] = dataclasses.field(default_factory=list)  # blocks that ran cleanly
     output: list[int] = dataclasses.field(default_factory=list)  # READY: tokens to append
 
     @property
@@ -191,6 +196,8 @@ class AgentLoop:
         if not result.ok:
             ep.num_tool_failures += 1
             ep.tool_errors.append(str(result.error))
+        elif self.cfg.stateful:
+            row.history.append(row.tool_code)
         row.tool = None
         self._ready(row, tools.render_tool_result(result, self.tokenizer,
                                                   max_tokens=self.cfg.max_output_tokens))
@@ -254,7 +261,9 @@ class AgentLoop:
         elif ep.num_tool_calls < ep.tool_budget:
             ep.num_tool_calls += 1
             row.phase, row.tool_started = Phase.RUNNING_TOOL, time.perf_counter()
-            row.tool = self.sandbox.submit(event.code, timeout_ms=ep.timeout_ms)
+            row.tool_code = event.code
+            history = {"history": tuple(row.history)} if self.cfg.stateful else {}
+            row.tool = self.sandbox.submit(event.code, timeout_ms=ep.timeout_ms, **history)
         else:
             message = tools.BUDGET_MESSAGE if ep.tool_budget > 0 else _DISABLED_MESSAGE
             self._ready(row, tools.render_message(message, self.tokenizer))

@@ -203,3 +203,20 @@ def test_controller_update_counts_budgets_and_observes_in_order():
     assert controller.success_rate["arithmetic"] == pytest.approx(0.55)
     # A failing stage gets one more call in the next decision.
     assert controller.decide(difficulty=0.9, stage="algebra").tool_budget == 4
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_stateful_episodes_share_a_namespace(tok, sandbox, stateful):
+    script = (prompts.code_block("x = 41\nprint('set')") + prompts.code_block("print(x + 1)")
+              + "The answer is \\boxed{42}.")
+    sampler = ScriptedSampler([enc(tok, script), enc(tok, script)])
+    controller = ToolController(max_tool_calls=4, timeout_ms=2000, mode="fixed")
+    cfg = AgentConfig(max_length=256, max_output_tokens=32, decode_chunk=8, stateful=stateful)
+    agent = AgentLoop(sampler, tok, sandbox, controller, cfg)
+    eps, _ = agent.run([RowSpec(enc(tok, "Q\n")), RowSpec(enc(tok, "Q\n"))], jax.random.key(0))
+    for ep in eps:  # each episode has its own namespace: row 1 never sees row 0's x
+        assert ep.num_tool_calls == 2
+        if stateful:
+            assert "```output\n42\n```" in ep.text and ep.num_tool_failures == 0
+        else:
+            assert "NameError" in ep.text and ep.num_tool_failures == 1
