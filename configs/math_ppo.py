@@ -7,6 +7,13 @@ Variants (the string after ``:``):
                 32 prompts x 4 samples; about 11 minutes on 2 cores, held-out accuracy with
                 tools 0.48 -> 1.00 and code use 0.45 -> 1.00 (README, Results).
   smoke         about 30 seconds on 2 cores; what the tests run. Says nothing about learning.
+  hf            a pretrained Hugging Face model: pass ``--config.model.path=DIR``. The chat
+                template (the tokenizer's own; use data.template=zero for a base model without
+                one), lr 1e-6 (models.pretrained.PRETRAINED_LR, the scale of RL recipes for
+                1.5B-7B models), no warm start, and max_length 1024: a chat prompt of the
+                curriculum is ~100-250 tokens with a long system prompt, leaving ~800 for the
+                response (models.pretrained.pretrained_defaults computes the fitting value
+                for a given model and prompt set).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
@@ -43,6 +50,12 @@ def _default() -> ml_collections.ConfigDict:
     c.model.attention_impl = "auto"  # xla | pallas | cudnn | auto
     c.model.scan_unroll = 4  # layers per loop iteration (unrolled loops run faster on CPU)
     c.model.value_head = True  # the PPO critic on the policy trunk
+    # LoRA (0: full fine-tuning): only the adapters (and the value head) train and are
+    # checkpointed; the KL reference is the base model with the adapters off.
+    c.model.lora_rank = 0
+    c.model.lora_alpha = 16.0
+    c.model.lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                            "down_proj")
 
     c.tokenizer = ml_collections.ConfigDict()
     c.tokenizer.path = ""  # empty: model.path's tokenizer, else the built-in one
@@ -158,6 +171,9 @@ def _default() -> ml_collections.ConfigDict:
     c.logging.tensorboard = True
     c.logging.progress = True
     c.logging.plots = True
+    # A few training episodes in full to transcripts.jsonl every this many steps (0: off); the
+    # held-out ones are written at every evaluation. Writing changes no metric.
+    c.logging.transcripts_every = 10
     return c
 
 
@@ -174,6 +190,15 @@ def _smoke(c: ml_collections.ConfigDict) -> None:
     c.data.eval_size = 8
     c.checkpoint.every_steps = 2
     c.logging.plots = False
+
+
+def _hf(c: ml_collections.ConfigDict) -> None:
+    c.data.template = "chat"
+    c.training.lr = 1e-6  # agentic_jax.models.pretrained.PRETRAINED_LR
+    c.training.warmup_steps = 2
+    c.training.max_length = 1024
+    c.warmstart.enabled = False
+    c.model.scan_unroll = 1
 
 
 def _paper(preset: str):
@@ -199,5 +224,5 @@ def _paper(preset: str):
     return apply
 
 
-VARIANTS = {"default": lambda c: None, "smoke": _smoke,
+VARIANTS = {"default": lambda c: None, "smoke": _smoke, "hf": _hf,
             **{p: _paper(p) for p in _PAPER_PRESETS}}

@@ -30,7 +30,8 @@ from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
 from agentic_jax.rl.state import TrainState, root_rng
-from agentic_jax.rl.shardings import TrainShardings, init_opt_state, train_shardings
+from agentic_jax.rl.shardings import (
+    TrainShardings, has_adapters, init_opt_state, train_shardings)
 from agentic_jax.rl.step import make_train_step
 from agentic_jax.rollout import AgentConfig, AgentLoop, Sampler, ToolController
 
@@ -54,6 +55,7 @@ class Policy:
     """
 
     cfg: RunConfig
+    model_cfg: Any  # agentic_jax.models.ModelConfig of the model as built
     mesh: Mesh
     tokenizer: Any
     pad_id: int
@@ -64,6 +66,7 @@ class Policy:
     agent_cfg: AgentConfig
     problems: Problems
     rollout_shardings: Any
+    merge: Any = None  # with LoRA: the compiled state -> merged sampler weights (`publish`)
 
     def make_prompt(self, problem: Problem, allow_tools: bool = True) -> list[int]:
         return encode_prompt(self.cfg, self.tokenizer, problem, allow_tools)
@@ -105,16 +108,22 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     problems = _problems(cfg)
     _check_prompts(cfg, tokenizer, problems)  # before anything slow is built
     model = _model(cfg, mesh, len(tokenizer))
+    model_cfg = model.cfg
+    sampler_graphdef, merge = _merged_sampling(model)
     graphdef, params = nnx.split(model)
     del model  # the state is passed around from here on
+    sampled = params if merge is None else merge(params)
     policy_ = Policy(
-        cfg=cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer), graphdef=graphdef,
+        cfg=cfg, model_cfg=model_cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer),
+        graphdef=graphdef,
         state_shardings=param_shardings(params, mesh),
-        sampler=Sampler.from_split(graphdef, params, max_len=cfg.training.max_length),
-        sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg), problems=problems,
-        rollout_shardings=(param_shardings(params, make_mesh(1, -1, 1,
-                                                             devices=jax.local_devices()))
-                           if jax.process_count() > 1 else None))
+        sampler=Sampler.from_split(sampler_graphdef or graphdef, sampled,
+                                   max_len=cfg.training.max_length),
+        sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg, tokenizer), problems=problems,
+        rollout_shardings=(param_shardings(sampled, make_mesh(1, -1, 1,
+                                                              devices=jax.local_devices()))
+                           if jax.process_count() > 1 else None),
+        merge=merge)
     publish(policy_, params)
     return policy_, params
 
@@ -153,20 +162,45 @@ def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:
 
 def init_state(run: Run, params: nnx.State) -> TrainState:
     """Step 0: fresh optimizer state and, when KL is penalised, ``params`` as the reference
-    (shared until `with_reference` snapshots the starting policy)."""
+    (shared until `with_reference` snapshots the starting policy; with LoRA none: the
+    reference is the base model, `state.reference_state`)."""
     opt_init = jax.jit(functools.partial(init_opt_state, run.optimizer),
                        out_shardings=run.shardings.opt_state)
     return TrainState(params=params, opt_state=opt_init(params),
-                      ref_params=params if run.cfg.rl.needs_reference else None,
+                      ref_params=(params if run.cfg.rl.needs_reference
+                                  and not has_adapters(params) else None),
                       step=np.zeros((), np.int32), rng=root_rng(run.cfg.seed))
 
 
 def publish(policy_: Policy, params: nnx.State) -> None:
-    """Points the sampler at ``params``. On several hosts each gets a copy on its own devices,
+    """Points the sampler at ``params`` (with LoRA, their merged weights). On several hosts each gets a copy on its own devices,
     resharded device to device (every process must call it)."""
+    if policy_.merge is not None:
+        params = policy_.merge(params)
     if policy_.rollout_shardings is not None:
         params = per_host_copy(params, policy_.rollout_shardings)
     policy_.sampler.update_params(params)
+
+
+def _merged_sampling(model: nnx.Module) -> tuple[nnx.GraphDef | None, Any]:
+    """With LoRA adapters: the graph of the same model without them and a compiled map from the
+    policy's state to its merged weights W + (alpha / r) A B (decoding with merged weights is
+    faster than with adapters); (None, None) without adapters."""
+    cfg = model.cfg
+    if not cfg.lora_rank:
+        return None, None
+    from agentic_jax.models.lora import base_config, merge_state
+
+    base_graphdef, abstract = nnx.split(
+        nnx.eval_shape(lambda: type(model)(base_config(cfg), rngs=nnx.Rngs(0))))
+
+    @jax.jit
+    def merge(params: nnx.State) -> nnx.State:
+        merged = jax.tree.map(lambda x: x, abstract)
+        nnx.replace_by_pure_dict(merged, merge_state(cfg, nnx.to_pure_dict(params)))
+        return merged
+
+    return base_graphdef, merge
 
 
 def _tokenizer(cfg: RunConfig):
@@ -177,12 +211,14 @@ def _tokenizer(cfg: RunConfig):
 
 def _model(cfg: RunConfig, mesh: Mesh, vocab_size: int):
     m = cfg.model
+    lora = dict(lora_rank=m.lora_rank, lora_alpha=m.lora_alpha, lora_targets=m.lora_targets)
     if m.path:
         from agentic_jax.models import from_pretrained
 
         return from_pretrained(m.path, dtype=m.dtype, param_dtype=m.param_dtype, mesh=mesh,
                                value_head=m.value_head, remat=m.remat,
-                               attention_impl=m.attention_impl, scan_unroll=m.scan_unroll)
+                               attention_impl=m.attention_impl, scan_unroll=m.scan_unroll,
+                               seed=cfg.seed, **lora)
     from agentic_jax.models import get_preset
 
     preset = get_preset(m.preset)
@@ -191,7 +227,7 @@ def _model(cfg: RunConfig, mesh: Mesh, vocab_size: int):
     model_cfg = dataclasses.replace(
         preset, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
         attention_impl=m.attention_impl, value_head=m.value_head, scan_unroll=m.scan_unroll,
-        max_seq_len=max(preset.max_seq_len, cfg.training.max_length))
+        max_seq_len=max(preset.max_seq_len, cfg.training.max_length), **lora)
     return create_sharded_model(model_cfg, mesh, seed=cfg.seed)
 
 
@@ -227,10 +263,13 @@ def _problems(cfg: RunConfig) -> Problems:
 
 def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,
                   allow_tools: bool = True) -> list[int]:
-    """The prompt tokens of ``problem`` in the run's template."""
+    """The prompt tokens of ``problem`` in the run's template (a BOS token first when the
+    tokenizer adds one, never an EOS)."""
+    from agentic_jax.data.tokenizer import encode_prompt as encode_text
+
     text = prompts.format_prompt(problem.question, template=cfg.data.template,
                                  tokenizer=tokenizer, allow_tools=allow_tools)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return encode_text(tokenizer, text)
 
 
 def _check_prompts(cfg: RunConfig, tokenizer: Any, p: Problems) -> None:
@@ -252,10 +291,22 @@ def _sandbox(cfg: RunConfig):
                                  stateful=e.stateful))
 
 
-def _agent_config(cfg: RunConfig) -> AgentConfig:
+def _agent_config(cfg: RunConfig, tokenizer: Any) -> AgentConfig:
     return AgentConfig(max_length=cfg.training.max_length,
                        max_output_tokens=cfg.environment.max_output_tokens,
-                       sampling=cfg.sampling, stateful=cfg.environment.stateful)
+                       sampling=cfg.sampling, stateful=cfg.environment.stateful,
+                       stop_ids=_stop_ids(cfg, tokenizer))
+
+
+def _stop_ids(cfg: RunConfig, tokenizer: Any) -> tuple[int, ...]:
+    """A pretrained model's end-of-response ids: its tokenizer's EOS, its
+    generation_config.json's and <|im_end|> under an <|endoftext|> EOS. The built-in model
+    learns to end with the built-in tokenizer's EOS alone (empty: the tokenizer's EOS)."""
+    if not cfg.model.path:
+        return ()
+    from agentic_jax.data.tokenizer import stop_token_ids
+
+    return stop_token_ids(tokenizer, cfg.model.path)
 
 
 def _scheduler(cfg: RunConfig, train: list[Problem]) -> CurriculumScheduler:

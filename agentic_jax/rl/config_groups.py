@@ -73,9 +73,22 @@ class ModelSpec:
     attention_impl: str
     scan_unroll: int
     value_head: bool
+    # LoRA (0: off): adapters of this rank on lora_targets, scaled by lora_alpha / lora_rank;
+    # only they (and the value head) train, and checkpoints hold only them.
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                     "up_proj", "down_proj")
 
     def __post_init__(self):
         from agentic_jax.models import PRESETS
+        from agentic_jax.models.config import LORA_TARGETS
+
+        check(isinstance(self.lora_rank, int) and self.lora_rank >= 0, "lora_rank",
+              "an integer >= 0 (0: off)", self.lora_rank)
+        check(self.lora_alpha > 0, "lora_alpha", "a positive number", self.lora_alpha)
+        check(bool(self.lora_targets) and set(self.lora_targets) <= set(LORA_TARGETS),
+              "lora_targets", f"a non-empty subset of {LORA_TARGETS}", self.lora_targets)
 
         if self.path:
             check(os.path.isdir(self.path), "path",
@@ -253,12 +266,16 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-    """``logging.*``."""
+    """``logging.*``. transcripts_every: a few training episodes go to transcripts.jsonl every
+    this many steps (0: only the held-out ones at each evaluation)."""
 
     every_steps: int
     tensorboard: bool
     progress: bool
     plots: bool
+    transcripts_every: int = 0
 
     def __post_init__(self):
         _positive(self, "every_steps")
+        check(self.transcripts_every >= 0, "transcripts_every", "an integer >= 0 (0: off)",
+              self.transcripts_every)

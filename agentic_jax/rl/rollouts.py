@@ -24,11 +24,13 @@ from agentic_jax.rollout import Episode, RowSpec, ToolController
 
 class Experience(NamedTuple):
     """This host's graded episodes of one step, the table of every host's episodes
-    (`episode_table` rows, gathered) and the phase timings in seconds."""
+    (`episode_table` rows, gathered), the phase timings in seconds and this host's problems
+    (``problems[i]`` is ``episodes[i]``'s)."""
 
     episodes: list[Episode]
     table: dict[str, np.ndarray]
     timing: dict[str, float]
+    problems: list[Problem]
 
 
 def row_specs(policy: Policy, problems: Sequence[Problem], *, allow_tools: bool = True,
@@ -75,7 +77,7 @@ def collect(run: Run, step_key: jax.Array) -> Experience:
     table = gather_rows(episode_table(episodes, policy.problems.stages))
     run.scheduler.update(list(zip(jobs, table["correct"].tolist())))
     update_controller(run.controller, table, policy.problems.stages)
-    return Experience(episodes, table, timing)
+    return Experience(episodes, table, timing, local_jobs)
 
 
 def update_controller(controller: ToolController, table: dict[str, np.ndarray],

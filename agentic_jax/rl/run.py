@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from agentic_jax.parallel import agree, is_main_process
 from agentic_jax.rl import rundir
 from agentic_jax.rl import state as state_lib
+from agentic_jax.rl import transcripts
 from agentic_jax.rl.benchmark_eval import evaluate_in_training
 from agentic_jax.rl.builders import Run, build_run, publish
 from agentic_jax.rl.config import read_config
@@ -52,6 +53,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     run, state = build_run(cfg)
     checkpointer = None
     try:
+        from agentic_jax.models.pretrained import model_summary
+
+        _say(model_summary(run.policy.model_cfg, cfg.model.path or None))
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
@@ -86,7 +90,7 @@ def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, wo
         # Process 0 decides (a file may show up on one host's view of the disk before another's).
         if agree(os.path.exists(init_path)):
             return state, read_json(init_path)
-    state, info = _start(run, state, progress)
+    state, info = _start(run, state, workdir, progress)
     evaluate_in_training(run.policy, workdir, 0, run.cfg.training.total_steps)
     state_lib.save(checkpointer, state, host_state(run), force=True)
     if is_main_process():
@@ -94,7 +98,8 @@ def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, wo
     return state, info
 
 
-def _start(run: Run, state: TrainState, progress: bool) -> tuple[TrainState, dict]:
+def _start(run: Run, state: TrainState, workdir: str,
+           progress: bool) -> tuple[TrainState, dict]:
     """A fresh run's starting policy: another run's weights (checkpoint.init_from), a warm
     start, or the model as built; evaluated, then frozen as the KL reference."""
     cfg, info = run.cfg, {}
@@ -110,13 +115,19 @@ def _start(run: Run, state: TrainState, progress: bool) -> tuple[TrainState, dic
         _say("warm start skipped: model.path is a pretrained model (warmstart.enabled applies "
              "to models trained from scratch)")
     publish(run.policy, params)
-    info["initial"] = evaluate_both(run)
+    info["initial"] = evaluate_both(run, workdir, 0)
     return state_lib.with_reference(state.replace(params=params), cfg.rl.needs_reference), info
 
 
-def evaluate_both(run: Run) -> dict[str, dict[str, float]]:
-    return {"tools": evaluate(run.policy, tools=True),
-            "direct": evaluate(run.policy, tools=False)}
+def evaluate_both(run: Run, workdir: str | None = None,
+                  step: int = 0) -> dict[str, dict[str, float]]:
+    """Held-out accuracy with and without tools; with ``workdir`` a few of the held-out
+    episodes also go to its transcripts.jsonl."""
+    out = {"tools": evaluate(run.policy, tools=True),
+           "direct": evaluate(run.policy, tools=False)}
+    if workdir is not None:
+        transcripts.from_evaluation(run.policy, workdir, step)
+    return out
 
 
 def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
@@ -130,7 +141,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
     with writer:
         while state.step_int < total:
             step = state.step_int + 1
-            state, metrics, skipped = rl_step(run, state, step, skipped)
+            state, metrics, skipped = rl_step(run, state, step, skipped, workdir)
             metrics["num_params"] = num_params
             metrics.update(evaluate_in_training(run.policy, workdir, step, total))
             if step % cfg.logging.every_steps == 0 or step == total:
@@ -144,13 +155,18 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
     return state
 
 
-def rl_step(run: Run, state: TrainState, step: int,
-            skipped: int = 0) -> tuple[TrainState, dict[str, Any], int]:
+def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
+            workdir: str | None = None) -> tuple[TrainState, dict[str, Any], int]:
     """One RL step -> (state with step = ``step``, the step's metrics, non-finite updates in a
-    row)."""
+    row). With ``workdir``, every ``logging.transcripts_every`` steps a few of its episodes go
+    to transcripts.jsonl."""
     timer = PhaseTimer()
     with timer("collect"):
         experience = collect(run, state.step_key(step))
+    every = run.cfg.logging.transcripts_every
+    if workdir is not None and every and step % every == 0:
+        transcripts.from_training(run.policy, workdir, step, experience.episodes,
+                                  experience.problems)
     with timer("update"):
         result = update(run, state, experience.episodes, step, skipped_in_a_row=skipped)
     with timer("publish"):
@@ -172,7 +188,7 @@ def rl_step(run: Run, state: TrainState, step: int,
 
 
 def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int) -> dict:
-    final = evaluate_both(run)
+    final = evaluate_both(run, workdir, steps)
     records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     initial = info["initial"]
     summary = {

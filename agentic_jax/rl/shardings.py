@@ -23,8 +23,24 @@ class TrainShardings(NamedTuple):
     batch: NamedSharding  # applied to every batch field
 
 
+def has_adapters(state: nnx.State) -> bool:
+    """Whether the model state holds LoRA adapters (`nnx.LoRAParam`)."""
+    return any(isinstance(v, nnx.LoRAParam)
+               for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable)))
+
+
+def trainable_filter(state: nnx.State):
+    """What the update trains: with LoRA adapters, the adapters and the value head (the base
+    weights stay frozen); without, every `nnx.Param`."""
+    if not has_adapters(state):
+        return nnx.Param
+    return nnx.Any(nnx.LoRAParam, nnx.PathContains("value_kernel"),
+                   nnx.PathContains("value_bias"))
+
+
 def params_and_rest(state: nnx.State) -> tuple[nnx.State, nnx.State]:
-    return nnx.split_state(state, nnx.Param, ...)
+    """(trainable, everything else) of a model state (`trainable_filter`)."""
+    return nnx.split_state(state, trainable_filter(state), ...)
 
 
 def init_opt_state(optimizer: optax.GradientTransformation, state: nnx.State):

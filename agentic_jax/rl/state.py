@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
+from agentic_jax.rl.shardings import has_adapters, params_and_rest
 from agentic_jax.utils import Checkpointer
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,11 @@ def root_rng(seed: int) -> np.ndarray:
 
 
 def to_pure(state: TrainState) -> dict[str, Any]:
-    """The checkpointed tree: nnx states as pure dicts (no Variable wrappers on disk)."""
-    tree = {"params": nnx.to_pure_dict(state.params), "opt_state": state.opt_state,
+    """The checkpointed tree: nnx states as pure dicts (no Variable wrappers on disk). With LoRA
+    adapters only the trainable part (adapters, value head) is kept: the frozen base is the
+    model as built (model.path or the preset's seeded init)."""
+    trainable, _ = params_and_rest(state.params)
+    tree = {"params": nnx.to_pure_dict(trainable), "opt_state": state.opt_state,
             "step": state.step, "rng": state.rng}
     if state.ref_params is not None:
         tree["ref_params"] = nnx.to_pure_dict(state.ref_params)
@@ -83,10 +87,27 @@ def from_pure(tree: dict[str, Any], like: TrainState, shardings: Any) -> TrainSt
 
 
 def with_reference(state: TrainState, needed: bool) -> TrainState:
-    """Snapshots the current policy as the KL reference (a copy: the update donates params)."""
-    if not needed:
+    """Snapshots the current policy as the KL reference (a copy: the update donates params).
+    With LoRA adapters nothing is copied: the reference is the base model (`reference_state`)."""
+    if not needed or has_adapters(state.params):
         return state.replace(ref_params=None)
     return state.replace(ref_params=jax.tree.map(lambda x: x.copy(), state.params))
+
+
+def reference_state(state: TrainState, needed: bool) -> nnx.State | None:
+    """The KL reference's model state: the snapshot, or with LoRA adapters the policy's own
+    state with every adapter's B set to zero (its output x A B is then exactly 0: the base
+    model); None when no KL is penalised."""
+    if not needed:
+        return None
+    if state.ref_params is not None or not has_adapters(state.params):
+        return state.ref_params
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jnp.zeros_like(x) if _is_lora_b(path) else x, state.params)
+
+
+def _is_lora_b(path) -> bool:
+    return any(getattr(k, "key", None) == "lora_b" for k in path)
 
 
 def save(checkpointer: Checkpointer, state: TrainState, host: HostState, *,

@@ -14,7 +14,7 @@ import numpy as np
 
 from agentic_jax.rl.builders import Run
 from agentic_jax.rl.experience import make_train_batch, minibatches
-from agentic_jax.rl.state import TrainState
+from agentic_jax.rl.state import TrainState, reference_state
 from agentic_jax.rollout import Episode, RolloutBatch
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,8 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
                                          pad_id=run.policy.pad_id)
     batch, stats = make_train_batch(
         rollout, run.experience, graphdef=run.policy.graphdef, state=state.params,
-        ref_state=state.ref_params, batch_sharding=run.batch_sharding)
+        ref_state=reference_state(state, run.cfg.rl.needs_reference),
+        batch_sharding=run.batch_sharding)
     if batch is None:
         return UpdateResult(state, {**stats, "skipped": 1.0}, skipped_in_a_row)
     rng = np.random.default_rng([run.cfg.seed, step])

@@ -45,6 +45,8 @@ class AgentConfig:
     stop_on_answer: end an episode as soon as its \\boxed{} answer closes.
     stateful: an episode's code blocks share one namespace, as in a notebook (the sandbox
       replays the episode's earlier successful blocks before each new one).
+    stop_ids: token ids that end an episode (e.g. `agentic_jax.data.tokenizer.stop_token_ids`
+      of a pretrained model); empty: the tokenizer's EOS.
     """
 
     max_length: int
@@ -53,6 +55,7 @@ class AgentConfig:
     sampling: SamplingParams = SamplingParams()
     stop_on_answer: bool = True
     stateful: bool = False
+    stop_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.max_length <= 1:
@@ -126,7 +129,8 @@ class AgentLoop:
             raise ValueError(f"sampler max_len {sampler.max_len} < max_length {cfg.max_length}")
         self.sampler, self.tokenizer, self.sandbox = sampler, tokenizer, sandbox
         self.controller, self.cfg = controller, cfg
-        self.stop_ids = _stop_ids(tokenizer)
+        self.end_ids = _end_ids(tokenizer, cfg.stop_ids)
+        self.stop_ids = _stop_ids(tokenizer, self.end_ids)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -249,8 +253,7 @@ class AgentLoop:
         turn = ep.response_tokens[row.turn_start:]
         event = self._turn_event(turn)
         if event is None:
-            eos = self.tokenizer.eos_token_id
-            if eos is not None and turn and turn[-1] == eos:
+            if turn and turn[-1] in self.end_ids:
                 _finish(row, "eos", void=True)
             elif row.length >= self.cfg.max_length:
                 _finish(row, "length", void=True)
@@ -288,9 +291,17 @@ def _finish(row: _Row, reason: str, void: bool = False) -> None:
     row.episode.void_turn = row.episode.void_turn or void
 
 
-def _stop_ids(tokenizer: Any) -> list[int]:
-    """EOS, plus the closing fence when the tokenizer has it as one token (the built-in one)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+def _end_ids(tokenizer: Any, stop_ids: Sequence[int]) -> list[int]:
+    """The ids that end an episode: ``stop_ids``, or the tokenizer's EOS when there are none."""
+    if stop_ids:
+        return [int(t) for t in stop_ids]
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+
+def _stop_ids(tokenizer: Any, end_ids: list[int]) -> list[int]:
+    """The ids that stop a decode chunk: ``end_ids``, plus the closing fence when the tokenizer
+    has it as one token (the built-in one)."""
+    ids = list(end_ids)
     fence = tokenizer.encode(tools.CODE_CLOSE, add_special_tokens=False)
     if len(fence) == 1:
         ids.append(int(fence[0]))

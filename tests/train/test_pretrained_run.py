@@ -1,0 +1,97 @@
+"""A run on a Hugging Face directory: a tiny Qwen2 whose tokenizer has a ChatML template and an
+<|endoftext|> EOS while the model ends its answers with <|im_end|> (a Qwen2.5 base tokenizer's
+setup). The run must stop episodes there (no truncation), say what it loaded and write
+transcripts."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+import transformers
+
+from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
+from agentic_jax.models.pretrained import PRETRAINED_LR
+from agentic_jax.rl import builders
+from agentic_jax.rl.config import read_config
+from agentic_jax.rl.run import train
+from agentic_jax.utils import read_metrics
+from configs import math_ppo
+from train_testing import tiny_config
+
+HIDDEN = 32
+
+
+def _ends_at_once(model: torch.nn.Module, end_id: int) -> None:
+    """Weights under which every next token is ``end_id``: the blocks add nothing to the
+    residual (zero output projections), every embedding has a large first coordinate, the
+    final norm keeps only it, and only ``end_id``'s head row reads it."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(0.15 * torch.randn(param.shape, generator=torch.Generator()
+                                           .manual_seed(len(name))))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight[:, 0] = 5.0
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[end_id, 0] = 10.0
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qwen2_chat")
+    tokenizer = builtin_tokenizer()
+    config = transformers.Qwen2Config(
+        vocab_size=896, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    _ends_at_once(model, tokenizer.convert_tokens_to_ids(IM_END))
+    model.save_pretrained(out)
+    for name in os.listdir(ASSET_DIR):
+        shutil.copy(ASSET_DIR / name, out / name)
+    assert transformers.AutoTokenizer.from_pretrained(out).chat_template
+    return str(out)
+
+
+def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
+        hf_dir, tmp_path, capsys):
+    config = tiny_config(**{"model.path": hf_dir, "data.template": "chat",
+                            "training.max_length": 320, "training.total_steps": 2,
+                            "training.lr": 1e-6, "logging.transcripts_every": 1,
+                            "checkpoint.every_steps": 1})
+    workdir = str(tmp_path / "run")
+    train(config, workdir, progress=False)
+    said = capsys.readouterr().out
+    assert "model: qwen2 " in said and "vocab 896" in said and hf_dir in said
+    records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["truncated_rate"] == 0.0 for r in records)
+    assert all(r["response_length"] == 1.0 for r in records)  # <|im_end|> alone
+    with open(os.path.join(workdir, "transcripts.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    sources = [(r["source"], r["step"]) for r in lines]
+    # Held-out problems at the start and at the end, training episodes at each step.
+    assert sources.count(("eval", 0)) == 4 and sources.count(("eval", 2)) == 4
+    assert sources.count(("train", 1)) == 4 and sources.count(("train", 2)) == 4
+    first = lines[0]
+    assert first["prompt"].startswith("<|im_start|>") and first["finish_reason"] == "eos"
+    assert set(first) >= {"prompt", "response", "answer", "reference", "reward", "correct"}
+
+
+def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
+    config = math_ppo.get_config("hf")
+    config.model.path = hf_dir
+    cfg = read_config(config)
+    assert cfg.data.template == "chat" and cfg.training.lr == PRETRAINED_LR
+    assert not cfg.warmstart.enabled and cfg.training.max_length == 1024
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    problems = builders._problems(cfg)
+    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+                  for p in problems.train + problems.test)
+    assert cfg.training.max_length - longest >= 512, longest
