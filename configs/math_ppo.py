@@ -10,10 +10,11 @@ Variants (the string after ``:``):
   hf            a pretrained Hugging Face model: pass ``--config.model.path=DIR``. The chat
                 template (the tokenizer's own; use data.template=zero for a base model without
                 one), lr 1e-6 (models.pretrained.PRETRAINED_LR, the scale of RL recipes for
-                1.5B-7B models), no warm start, and max_length 1024: a chat prompt of the
-                curriculum is ~100-250 tokens with a long system prompt, leaving ~800 for the
-                response (models.pretrained.pretrained_defaults computes the fitting value
-                for a given model and prompt set).
+                1.5B-7B models), no warm start, and max_length 1024: the default stages' chat
+                prompts are 67-76 tokens under the built-in ChatML template (a model's own
+                system prompt adds some), leaving ~900 for the response
+                (models.pretrained.pretrained_defaults computes the fitting value for a
+                given model and prompt set).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 

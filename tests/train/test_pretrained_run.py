@@ -3,13 +3,18 @@
 setup). The run must stop episodes there (no truncation), say what it loaded and write
 transcripts."""
 
+import importlib.util
 import json
 import os
 import shutil
+from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 import transformers
+from flax import nnx
 
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
 from agentic_jax.models.pretrained import PRETRAINED_LR
@@ -23,10 +28,11 @@ from train_testing import tiny_config
 HIDDEN = 32
 
 
-def _ends_at_once(model: torch.nn.Module, end_id: int) -> None:
-    """Weights under which every next token is ``end_id``: the blocks add nothing to the
-    residual (zero output projections), every embedding has a large first coordinate, the
-    final norm keeps only it, and only ``end_id``'s head row reads it."""
+def _ends_at_once(model: torch.nn.Module, end_id: int, head: float) -> None:
+    """Weights under which the next token is ``end_id`` (logit ~5.6 x ``head`` over 0 for every
+    other token): the blocks add nothing to the residual (zero output projections), every
+    embedding has a large first coordinate, the final norm keeps only it, and only ``end_id``'s
+    head row reads it."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(0.15 * torch.randn(param.shape, generator=torch.Generator()
@@ -38,12 +44,10 @@ def _ends_at_once(model: torch.nn.Module, end_id: int) -> None:
         model.model.norm.weight.zero_()
         model.model.norm.weight[0] = 1.0
         model.lm_head.weight.zero_()
-        model.lm_head.weight[end_id, 0] = 10.0
+        model.lm_head.weight[end_id, 0] = head
 
 
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("qwen2_chat")
+def _write_dir(out, head: float) -> str:
     tokenizer = builtin_tokenizer()
     config = transformers.Qwen2Config(
         vocab_size=896, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
@@ -51,12 +55,17 @@ def hf_dir(tmp_path_factory):
         tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    _ends_at_once(model, tokenizer.convert_tokens_to_ids(IM_END))
+    _ends_at_once(model, tokenizer.convert_tokens_to_ids(IM_END), head)
     model.save_pretrained(out)
     for name in os.listdir(ASSET_DIR):
         shutil.copy(ASSET_DIR / name, out / name)
     assert transformers.AutoTokenizer.from_pretrained(out).chat_template
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return _write_dir(tmp_path_factory.mktemp("qwen2_chat"), head=10.0)
 
 
 def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
@@ -95,3 +104,35 @@ def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
     longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
                   for p in problems.train + problems.test)
     assert cfg.training.max_length - longest >= 512, longest
+
+
+def _export_tool():
+    spec = importlib.util.spec_from_file_location(
+        "export_hf", Path(__file__).parents[2] / "tools" / "export_hf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
+    # <|im_end|> at p ~ 0.95 (not saturated) and a format penalty (every return negative): the
+    # adapters get gradients.
+    source = _write_dir(tmp_path / "source", head=1.75)
+    config = tiny_config(**{"model.path": source, "data.template": "chat",
+                            "training.max_length": 320, "training.total_steps": 2,
+                            "training.lr": 1e-2, "rl.format_penalty": 0.5,
+                            "model.lora_rank": 2, "model.lora_targets": ("q_proj", "o_proj")})
+    workdir = tmp_path / "run"
+    train(config, str(workdir), progress=False)
+    export = _export_tool()
+    export.export_run(workdir, tmp_path / "hf")
+    policy, _ = export.read_policy(workdir / "checkpoints", export.run_model(workdir), None)
+    b = nnx.to_pure_dict(nnx.state(policy, nnx.LoRAParam))["blocks"]["attn"]["o_proj_lora"]
+    assert np.abs(np.asarray(b["lora_b"])).max() > 0  # the adapters trained
+    tokens = np.asarray([[5, 17, 200, 33, 2, 9, 41, 77]])
+    ours = np.asarray(policy.forward(jnp.asarray(tokens)).logits)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "hf", dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        theirs = hf(torch.as_tensor(tokens)).logits.numpy()
+    np.testing.assert_allclose(theirs, ours, atol=2e-5, rtol=0)
