@@ -3,12 +3,13 @@ as built, checkpoints hold only the trainable part, the KL reference is the base
 restart resumes exactly."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from agentic_jax.rl import state as state_lib
-from agentic_jax.rl.builders import build_run
+from agentic_jax.rl.builders import build_run, publish
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.run import train
 from agentic_jax.rl.shardings import params_and_rest
@@ -79,3 +80,21 @@ def test_lora_restart_resumes_exactly(lora_run, tmp_path):
     one = [comparable(r) for r in read_metrics(f"{workdir}/metrics.jsonl")[0]]
     two = [comparable(r) for r in read_metrics(f"{split}/metrics.jsonl")[0]]
     assert [r["step"] for r in two] == [1, 2, 3, 4] and one == two
+
+
+def test_sampler_decodes_with_merged_weights(lora_run):
+    workdir, config = lora_run
+    run, like = build_run(read_config(config))
+    try:
+        with Checkpointer(f"{workdir}/checkpoints", every_steps=1, keep=1,
+                          async_save=False) as ck:
+            final, _ = state_lib.restore(ck, like, run.shardings)
+        publish(run.policy, final.params)
+        sampled = run.policy.sampler.params
+        assert not any("lora" in k for k in _flat(nnx.to_pure_dict(sampled)))
+        tokens = jnp.asarray([[3, 7, 11, 19, 23, 5]])
+        with_adapters = nnx.merge(run.policy.graphdef, final.params).forward(tokens).logits
+        merged = nnx.merge(run.policy.sampler.graphdef, sampled).forward(tokens).logits
+        np.testing.assert_allclose(np.asarray(merged), np.asarray(with_adapters), atol=1e-5)
+    finally:
+        run.policy.close()
