@@ -61,8 +61,8 @@ def to_pure(state: TrainState) -> dict[str, Any]:
     """The checkpointed tree: nnx states as pure dicts (no Variable wrappers on disk). With LoRA
     adapters only the trainable part (adapters, value head) is kept: the frozen base is the
     model as built (model.path or the preset's seeded init)."""
-    trainable, _ = params_and_rest(state.params)
-    tree = {"params": nnx.to_pure_dict(trainable), "opt_state": state.opt_state,
+    kept = params_and_rest(state.params)[0] if has_adapters(state.params) else state.params
+    tree = {"params": nnx.to_pure_dict(kept), "opt_state": state.opt_state,
             "step": state.step, "rng": state.rng}
     if state.ref_params is not None:
         tree["ref_params"] = nnx.to_pure_dict(state.ref_params)
