@@ -19,7 +19,8 @@ from hf_testing import build, load_logits
 from agentic_jax.data.tokenizer import ASSET_DIR
 from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
 from agentic_jax.rl.rundir import record_config
-from agentic_jax.rl.state import HostState, TrainState, restore_params, root_rng, save
+from agentic_jax.rl.state import (
+    HostState, TrainState, restore_params, root_rng, save, to_pure)
 from agentic_jax.utils import Checkpointer
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +72,11 @@ def _write_run(workdir: Path, config: ml_collections.ConfigDict, steps=(2, 4),
             state = TrainState(params=params, opt_state={"mu": nnx.to_pure_dict(params)},
                                ref_params=None, step=np.asarray(step, np.int32),
                                rng=root_rng(0))
-            save(checkpointer, state, HostState(scheduler={}, controller={}), force=True)
+            if stored is nnx.Param:  # every parameter, as checkpoints of full fine-tuning
+                checkpointer.maybe_save(step, {**to_pure(state), "params": nnx.to_pure_dict(
+                    params)}, HostState(scheduler={}, controller={})._asdict(), force=True)
+            else:
+                save(checkpointer, state, HostState(scheduler={}, controller={}), force=True)
     return models
 
 
