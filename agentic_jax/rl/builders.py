@@ -19,16 +19,14 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from agentic_jax.data import Problem, prompts
-from agentic_jax.data.benchmarks import load_benchmarks
-from agentic_jax.data.decontaminate import contamination_report, decontaminate
+from agentic_jax.data import Problem
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
-from agentic_jax.data.sources import load_source
 from agentic_jax.parallel import (
     batch_sharding, create_sharded_model, make_mesh, param_shardings, per_host_copy)
 from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
+from agentic_jax.rl.problems import Problems, check_prompts, encode_prompt, load_problems
 from agentic_jax.rl.state import TrainState, root_rng
 from agentic_jax.rl.shardings import (
     TrainShardings, has_adapters, init_opt_state, train_shardings)
@@ -36,14 +34,6 @@ from agentic_jax.rl.step import make_train_step
 from agentic_jax.rollout import AgentConfig, AgentLoop, Sampler, ToolController
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Problems:
-    train: list[Problem]
-    test: list[Problem]
-    stages: list[str]  # every stage name the run can see, sorted (the same on every host)
-    benchmarks: dict[str, list[Problem]]  # eval.benchmarks by name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +95,8 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     """The policy's components and its initial model state (preset init or HF weights)."""
     mesh = make_mesh(*cfg.mesh)
     tokenizer = _tokenizer(cfg)
-    problems = _problems(cfg)
-    _check_prompts(cfg, tokenizer, problems)  # before anything slow is built
+    problems = load_problems(cfg)
+    check_prompts(cfg, tokenizer, problems)  # before anything slow is built
     model = _model(cfg, mesh, len(tokenizer))
     model_cfg = model.cfg
     sampler_graphdef, merge = _merged_sampling(model)
@@ -229,57 +219,6 @@ def _model(cfg: RunConfig, mesh: Mesh, vocab_size: int):
         attention_impl=m.attention_impl, value_head=m.value_head, scan_unroll=m.scan_unroll,
         max_seq_len=max(preset.max_seq_len, cfg.training.max_length), **lora)
     return create_sharded_model(model_cfg, mesh, seed=cfg.seed)
-
-
-def _problems(cfg: RunConfig) -> Problems:
-    d = cfg.data
-    if d.source == "curriculum":
-        def pick(split: str) -> list[Problem]:
-            problems = load_source("curriculum", split=split, seed=cfg.seed,
-                                   test_fraction=d.test_fraction)
-            return [p for p in problems
-                    if p.stage in d.stages and p.difficulty <= d.max_difficulty
-                    and (not d.kinds or p.kind in d.kinds)]
-        train, test = pick("train"), pick("test")
-    else:
-        def load(split: str) -> list[Problem]:
-            return load_source(d.source, split=split, seed=cfg.seed,
-                               test_fraction=d.test_fraction, levels=d.levels or None)
-        train, test = load("train"), load("test")
-    benchmarks = load_benchmarks(cfg.eval.specs)
-    if benchmarks:
-        # The overlap is logged either way; with data.decontaminate it is also dropped.
-        if d.decontaminate:
-            train, report = decontaminate(train, benchmarks)
-        else:
-            report = contamination_report(train, benchmarks)
-        logger.info("%s%s", report.summary(), "; dropped" if d.decontaminate else "")
-    if not train:
-        raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
-                          f"data.stages={d.stages}")
-    test = test[:d.eval_size] if test else train[:d.eval_size]
-    return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
-
-
-def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,
-                  allow_tools: bool = True) -> list[int]:
-    """The prompt tokens of ``problem`` in the run's template (a BOS token first when the
-    tokenizer adds one, never an EOS)."""
-    from agentic_jax.data.tokenizer import encode_prompt as encode_text
-
-    text = prompts.format_prompt(problem.question, template=cfg.data.template,
-                                 tokenizer=tokenizer, allow_tools=allow_tools)
-    return encode_text(tokenizer, text)
-
-
-def _check_prompts(cfg: RunConfig, tokenizer: Any, p: Problems) -> None:
-    """Every host checks every prompt the run can draw, so a bad one stops them all here."""
-    every = p.train + p.test + [x for problems in p.benchmarks.values() for x in problems]
-    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in every)
-    max_length = cfg.training.max_length
-    if longest >= max_length:
-        raise ConfigError(f"training.max_length: expected more than the longest prompt "
-                          f"({longest} tokens), got {max_length}")
 
 
 def _sandbox(cfg: RunConfig):

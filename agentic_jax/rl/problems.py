@@ -1,0 +1,77 @@
+"""The problems a run draws from: curriculum or dataset files, the held-out split, the
+evaluation benchmarks (and the overlap of the training set with them), and the prompts."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from agentic_jax.data import Problem, prompts
+from agentic_jax.data.benchmarks import load_benchmarks
+from agentic_jax.data.decontaminate import contamination_report, decontaminate
+from agentic_jax.data.sources import load_source
+from agentic_jax.rl.config import ConfigError, RunConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problems:
+    train: list[Problem]
+    test: list[Problem]
+    stages: list[str]  # every stage name the run can see, sorted (the same on every host)
+    benchmarks: dict[str, list[Problem]]  # eval.benchmarks by name
+
+
+
+def load_problems(cfg: RunConfig) -> Problems:
+    """The run's training and held-out problems and its benchmarks (decontaminated on request)."""
+    d = cfg.data
+    if d.source == "curriculum":
+        def pick(split: str) -> list[Problem]:
+            problems = load_source("curriculum", split=split, seed=cfg.seed,
+                                   test_fraction=d.test_fraction)
+            return [p for p in problems
+                    if p.stage in d.stages and p.difficulty <= d.max_difficulty
+                    and (not d.kinds or p.kind in d.kinds)]
+        train, test = pick("train"), pick("test")
+    else:
+        def load(split: str) -> list[Problem]:
+            return load_source(d.source, split=split, seed=cfg.seed,
+                               test_fraction=d.test_fraction, levels=d.levels or None)
+        train, test = load("train"), load("test")
+    benchmarks = load_benchmarks(cfg.eval.specs)
+    if benchmarks:
+        # The overlap is logged either way; with data.decontaminate it is also dropped.
+        if d.decontaminate:
+            train, report = decontaminate(train, benchmarks)
+        else:
+            report = contamination_report(train, benchmarks)
+        logger.info("%s%s", report.summary(), "; dropped" if d.decontaminate else "")
+    if not train:
+        raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
+                          f"data.stages={d.stages}")
+    test = test[:d.eval_size] if test else train[:d.eval_size]
+    return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
+
+
+def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,
+                  allow_tools: bool = True) -> list[int]:
+    """The prompt tokens of ``problem`` in the run's template (a BOS token first when the
+    tokenizer adds one, never an EOS)."""
+    from agentic_jax.data.tokenizer import encode_prompt as encode_text
+
+    text = prompts.format_prompt(problem.question, template=cfg.data.template,
+                                 tokenizer=tokenizer, allow_tools=allow_tools)
+    return encode_text(tokenizer, text)
+
+
+def check_prompts(cfg: RunConfig, tokenizer: Any, p: Problems) -> None:
+    """Every host checks every prompt the run can draw, so a bad one stops them all here."""
+    every = p.train + p.test + [x for problems in p.benchmarks.values() for x in problems]
+    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in every)
+    max_length = cfg.training.max_length
+    if longest >= max_length:
+        raise ConfigError(f"training.max_length: expected more than the longest prompt "
+                          f"({longest} tokens), got {max_length}")
