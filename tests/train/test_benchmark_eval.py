@@ -15,7 +15,8 @@ import pytest
 from train_testing import tiny_config
 
 from agentic_jax.rl import evaluation
-from agentic_jax.rl.builders import _problems, build_policy
+from agentic_jax.rl.builders import build_policy
+from agentic_jax.rl.problems import load_problems
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.episode_gather import pack_episodes, unpack_episodes
 from agentic_jax.rl.run import train
@@ -100,8 +101,8 @@ def test_training_evaluates_the_benchmarks_into_a_history(bench_run):
 
 def test_a_file_source_is_split_and_decontaminated(files, caplog):
     with caplog.at_level(logging.INFO, logger="agentic_jax"):
-        kept = _problems(read_config(_config(files)))
-        dropped = _problems(read_config(_config(files, **{"data.decontaminate": True})))
+        kept = load_problems(read_config(_config(files)))
+        dropped = load_problems(read_config(_config(files, **{"data.decontaminate": True})))
     train_questions = {p.question for p in kept.train + kept.test}
     assert len(train_questions) == 9 and len(kept.test) == 1  # test_fraction 0.1 of 9
     assert all(p.stage == "external" and p.meta["layout"] == "math" for p in kept.train)

@@ -19,6 +19,7 @@ from flax import nnx
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
 from agentic_jax.models.pretrained import PRETRAINED_LR
 from agentic_jax.rl import builders
+from agentic_jax.rl.problems import load_problems
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.run import train
 from agentic_jax.utils import read_metrics
@@ -100,7 +101,7 @@ def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
     assert cfg.data.template == "chat" and cfg.training.lr == PRETRAINED_LR
     assert not cfg.warmstart.enabled and cfg.training.max_length == 1024
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    problems = builders._problems(cfg)
+    problems = load_problems(cfg)
     longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
                   for p in problems.train + problems.test)
     assert cfg.training.max_length - longest >= 512, longest
