@@ -22,6 +22,9 @@ from agentic_jax.rl.episode_gather import pack_episodes, unpack_episodes
 from agentic_jax.rl.run import train
 from agentic_jax.rollout import SamplingParams
 
+# Whole training runs: part of the slow suite (pytest -m slow).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 PLANTED = "Compute 7 times 6."
 # MATH500's columns; GSM8K's question / "... #### n" answer.

@@ -16,6 +16,9 @@ from agentic_jax.rl.shardings import params_and_rest
 from agentic_jax.utils import Checkpointer, read_metrics
 from train_testing import comparable, tiny_config
 
+# Whole training runs: part of the slow suite (pytest -m slow).
+pytestmark = pytest.mark.slow
+
 LORA = {"model.lora_rank": 4, "model.lora_alpha": 8.0, "model.lora_targets": ("q_proj", "v_proj"),
         "training.lr": 1e-2, "rl.kl_coef": 0.05}
 
