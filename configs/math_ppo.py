@@ -117,6 +117,14 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.top_p = 1.0
     c.rollout.top_k = 0
     c.rollout.eval_temperature = 0.0  # held-out evaluations (0: greedy)
+    # The rollout engine: continuous batching over a paged KV cache (agentic_jax.rollout.engine).
+    c.rollout.num_slots = 0  # decode slots (0: one per episode of a step)
+    c.rollout.page_size = 16  # token positions per KV page
+    c.rollout.kv_pages = 0  # page pool size (0: every slot at training.max_length) ...
+    c.rollout.kv_cache_mb = 0.0  # ... or a budget in MiB for K and V of all layers
+    c.rollout.decode_steps = 32  # decode steps per device round trip
+    c.rollout.prefill_chunk = 256  # prompt tokens one sequence prefills per engine step
+    c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
 
     c.data = ml_collections.ConfigDict()
     # curriculum | file:PATH (a dataset file or directory in its own layout) | jsonl:PATH |

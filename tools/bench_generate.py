@@ -11,10 +11,10 @@ timed as the median of repeats in the same run. PyTorch runs on CPU with `--torc
     python tools/bench_generate.py --tool_loop              # tool loop's accelerator idle fraction
     python tools/bench_generate.py --gpu_preset qwen2.5-1.5b   # decode tok/s + bandwidth roofline
 
-`--tool_loop` runs the real AgentLoop, Sampler and Sandbox. A random model never writes code, so
-the sampler's decode runs the model for real (device time is genuine) but the tokens it returns
-are replaced by a script: per row a code block, its sandbox run, then a boxed answer. Only the
-token content is scripted; the timings of decoding, appending and the sandbox are real.
+`--tool_loop` runs the real AgentLoop, rollout engine and Sandbox. A random model never writes
+code, so the engine's decode runs the model for real (device time is genuine) but the tokens it
+records are replaced by a script: per row code blocks, their sandbox runs, then a boxed answer.
+Only the token content is scripted; the timings of decoding, appending and the sandbox are real.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.models import Transformer, from_pretrained, get_preset
-from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout import RowSpec, Sampler, SamplingParams, generate
+from agentic_jax.rollout.engine import Engine, EngineConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -223,35 +224,32 @@ def bench_accelerator(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------ tool loop
 
 
-class ScriptedTokensSampler(Sampler):
-    """A real Sampler whose decode runs the model as usual but returns scripted tokens.
+class ScriptedTokensEngine(Engine):
+    """A real rollout engine whose decode runs the model as usual but records scripted tokens.
 
-    Each row cycles through its turns (token lists, each ending where the agent loop sees an
-    event: a closed code block or a boxed answer). The loop cuts a turn right after its event,
-    so a row's position in its script advances to the next turn once the current one is out.
+    Each request cycles through its turns (token lists, each ending where the agent loop sees
+    an event: a closed code block or a boxed answer). The loop cuts a turn right after its
+    event, so a request's position in its script advances to the next turn once the current
+    one is out. The device never sees a scripted stop, so every slot runs whole round trips.
     """
 
-    def __init__(self, model: nnx.Module, *, max_len: int, scripts: list[list[list[int]]]):
-        super().__init__(model, max_len=max_len)
+    def __init__(self, model: nnx.Module, cfg, scripts: list[list[list[int]]]):
+        super().__init__(model, cfg)
         self.scripts = scripts
         self.turn = [0] * len(scripts)
         self.cursor = [0] * len(scripts)
 
-    def decode(self, state, row_keys, *, active, budget, stop_ids, params, num_steps):
-        # No stop ids: every active row runs its full budget of real decode steps.
-        state, toks, lps, vals, count, stopped = super().decode(
-            state, row_keys, active=active, budget=budget, stop_ids=[], params=params,
-            num_steps=num_steps)
-        toks, count = np.array(jax.device_get(toks)), np.asarray(jax.device_get(count))
-        for b in np.flatnonzero(active):
-            turns = self.scripts[b]
-            script = turns[min(self.turn[b], len(turns) - 1)]
-            piece = script[self.cursor[b]:self.cursor[b] + int(count[b])]
-            toks[b, :len(piece)] = piece
-            self.cursor[b] += int(count[b])
-            if self.cursor[b] >= len(script):
-                self.turn[b], self.cursor[b] = self.turn[b] + 1, 0
-        return state, toks, lps, vals, count, stopped
+    def _take_tokens(self, seq, toks, lps, vals, stopped):
+        b = seq.request.request_id
+        turns = self.scripts[b]
+        script = turns[min(self.turn[b], len(turns) - 1)]
+        piece = script[self.cursor[b]:self.cursor[b] + len(toks)]
+        toks = np.array(toks)
+        toks[:len(piece)] = piece
+        self.cursor[b] += len(toks)
+        if self.cursor[b] >= len(script):
+            self.turn[b], self.cursor[b] = self.turn[b] + 1, 0
+        super()._take_tokens(seq, toks, lps, vals, False)
 
 
 def tool_scripts(tokenizer, batch: int, code_turns: int) -> list[list[list[int]]]:
@@ -282,30 +280,36 @@ def bench_tool_loop(args: argparse.Namespace) -> None:
     prompts = [tokenizer.encode(format_prompt(f"What is the sum of i*i for i below {b}?"),
                                 add_special_tokens=False) for b in range(args.batch)]
     max_length = max(len(p) for p in prompts) + 384
-    agent_cfg = AgentConfig(max_length=max_length, decode_chunk=16)
+    agent_cfg = AgentConfig(max_length=max_length)
+    engine_cfg = EngineConfig(num_slots=min(args.slots, args.batch), max_seq_len=max_length,
+                              decode_steps=16)
     controller = ToolController(max_tool_calls=2, mode="fixed", timeout_ms=2000)
     # The result cache is off: every snippet really runs.
     with Sandbox(SandboxConfig(timeout_ms=2000, cache_size=0)) as sandbox:
         results = []
         for _ in range(args.repeats + 1):  # the first run compiles
-            sampler = ScriptedTokensSampler(model, max_len=max_length,
-                                            scripts=tool_scripts(tokenizer, args.batch, 2))
-            loop = AgentLoop(sampler, tokenizer, sandbox, controller, agent_cfg)
-            results.append(loop.run(prompts, jax.random.key(0)))
+            engine = ScriptedTokensEngine(model, engine_cfg,
+                                          tool_scripts(tokenizer, args.batch, 2))
+            loop = AgentLoop(engine, tokenizer, sandbox, controller, agent_cfg)
+            results.append(loop.run([RowSpec(p) for p in prompts], jax.random.key(0)))
     episodes, _ = results[-1]
     timings = [t for _, t in results[1:]]
     calls = sum(e.num_tool_calls for e in episodes)
     failures = sum(e.num_tool_failures for e in episodes)
     tool_s = sum(e.tool_ms for e in episodes) / 1e3
     med = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}
-    print(f"tool loop: batch {args.batch}, 4-layer 256-wide model on "
-          f"{jax.devices()[0].platform}, scripted code turns, real sampler and sandbox; "
-          f"median of {args.repeats}")
+    print(f"tool loop: batch {args.batch}, {engine_cfg.num_slots} slots, 4-layer 256-wide "
+          f"model on {jax.devices()[0].platform}, scripted code turns, real engine and "
+          f"sandbox; median of {args.repeats}")
     print(f"tool calls {calls} ({failures} failed), summed sandbox latency {tool_s:.2f} s, "
           f"answers {sum(e.finish_reason == 'answer' for e in episodes)}/{len(episodes)}")
-    print(f"rollout {med['rollout_s']:.2f} s = decode {med.get('decode_s', 0):.2f} s + append "
-          f"{med.get('append_s', 0):.2f} s + waiting for tools {med.get('tool_wait_s', 0):.2f} s "
-          f"+ host work")
+    print(f"rollout {med['rollout_s']:.2f} s = engine steps {med.get('decode_s', 0):.2f} s "
+          f"(prefill and appends {med['time_engine_prefill_s']:.2f} s, decode "
+          f"{med['time_engine_decode_s']:.2f} s) + waiting for tools {med.get('tool_wait_s', 0):.2f} s"
+          f" + host work")
+    print(f"slot utilisation {med['engine_slot_utilisation']:.1%}; KV pages peak "
+          f"{med['engine_pages_peak']:.0f} of {med['engine_pages_pool']:.0f}; prefix hits "
+          f"{med['engine_prefix_hits']:.0f}; preemptions {med['engine_preemptions']:.0f}")
     print(f"accelerator idle fraction: {med['accelerator_idle_frac']:.1%} (waiting for tools "
           f"only: {med.get('tool_wait_s', 0) / med['rollout_s']:.1%})")
 

@@ -2,7 +2,7 @@
 evaluation use (`Policy`, `Run`), and the initial `TrainState`.
 
 Only `agentic_jax.rl.config.read_config` reads the config; everything here takes its typed
-records. Evaluation builds a `Policy` (model, tokenizer, sampler, sandbox, problems); training
+records. Evaluation builds a `Policy` (model, tokenizer, rollout engine, sandbox, problems); training
 adds the optimizer, the compiled step and the host-side scheduler and tool controller.
 """
 
@@ -31,7 +31,8 @@ from agentic_jax.rl.state import TrainState, root_rng
 from agentic_jax.rl.shardings import (
     TrainShardings, has_adapters, init_opt_state, train_shardings)
 from agentic_jax.rl.step import make_train_step
-from agentic_jax.rollout import AgentConfig, AgentLoop, Sampler, ToolController
+from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
+from agentic_jax.rollout.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 class Policy:
     """What sampling and grading a policy need; evaluation builds only this.
 
-    ``sampler`` holds the weights it samples with (set by `publish`); ``rollout_shardings`` lays
+    ``engine`` holds the weights it samples with (set by `publish`); ``rollout_shardings`` lays
     out each host's own copy of them when there are several processes (else None).
     """
 
@@ -51,7 +52,7 @@ class Policy:
     pad_id: int
     graphdef: nnx.GraphDef
     state_shardings: Any
-    sampler: Sampler
+    engine: Engine
     sandbox: Any
     agent_cfg: AgentConfig
     problems: Problems
@@ -62,7 +63,7 @@ class Policy:
         return encode_prompt(self.cfg, self.tokenizer, problem, allow_tools)
 
     def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
-        return AgentLoop(self.sampler, self.tokenizer, self.sandbox, controller,
+        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller,
                          cfg or self.agent_cfg)
 
     def close(self) -> None:
@@ -107,8 +108,7 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
         cfg=cfg, model_cfg=model_cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer),
         graphdef=graphdef,
         state_shardings=param_shardings(params, mesh),
-        sampler=Sampler.from_split(sampler_graphdef or graphdef, sampled,
-                                   max_len=cfg.training.max_length),
+        engine=Engine.from_split(sampler_graphdef or graphdef, sampled, cfg.engine),
         sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg, tokenizer), problems=problems,
         rollout_shardings=(param_shardings(sampled, make_mesh(1, -1, 1,
                                                               devices=jax.local_devices()))
@@ -163,13 +163,14 @@ def init_state(run: Run, params: nnx.State) -> TrainState:
 
 
 def publish(policy_: Policy, params: nnx.State) -> None:
-    """Points the sampler at ``params`` (with LoRA, their merged weights). On several hosts each gets a copy on its own devices,
-    resharded device to device (every process must call it)."""
+    """Points the rollout engine at ``params`` (with LoRA, their merged weights). On several
+    hosts each gets a copy on its own devices, resharded device to device (every process must
+    call it)."""
     if policy_.merge is not None:
         params = policy_.merge(params)
     if policy_.rollout_shardings is not None:
         params = per_host_copy(params, policy_.rollout_shardings)
-    policy_.sampler.update_params(params)
+    policy_.engine.update_params(params)
 
 
 def _merged_sampling(model: nnx.Module) -> tuple[nnx.GraphDef | None, Any]:

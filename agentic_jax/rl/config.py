@@ -52,6 +52,12 @@ def read_group(cls: type[T], group: Any, name: str, **values: Any) -> T:
         return _raise(f"{name}: {message}")
 
 
+def _processes() -> int:
+    import jax
+
+    return jax.process_count()
+
+
 def _raise(message: str):
     raise ConfigError(message)
 
@@ -80,6 +86,7 @@ class RunConfig:
     filters: Any  # agentic_jax.rl.filters.FilterConfig
     reward: Any  # agentic_jax.reward.RewardConfig
     sampling: Any  # agentic_jax.rollout.SamplingParams
+    engine: Any  # agentic_jax.rollout.engine.EngineConfig (sampling set per rollout)
     eval_temperature: float
     data: DataConfig
     environment: EnvironmentConfig
@@ -107,16 +114,19 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     from agentic_jax.rl.advantages import AdvantageConfig
     from agentic_jax.rl.filters import FilterConfig
     from agentic_jax.rl.losses import LossConfig
+    from agentic_jax.rollout.engine import EngineConfig
     from agentic_jax.rollout.sampler import SamplingParams
 
     model = read_group(ModelSpec, config.model, "model")
     rl = read_group(RLConfig, config.rl, "rl")
-    r = config.rl
+    training = read_group(TrainingConfig, config.training, "training")
+    r, ro = config.rl, config.rollout
+    sampling = read_group(SamplingParams, ro, "rollout")
     return RunConfig(
         seed=int(config.seed),
         model=model,
         tokenizer_path=str(config.tokenizer.path or config.model.path),
-        training=read_group(TrainingConfig, config.training, "training"),
+        training=training,
         rl=rl,
         loss=read_group(
             LossConfig, r, "rl", policy_loss="ppo",
@@ -128,7 +138,13 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         filters=read_group(FilterConfig, r, "rl"),
         reward=read_group(RewardConfig, r, "rl",
                           use_verification=rl.reward_check == "verify"),
-        sampling=read_group(SamplingParams, config.rollout, "rollout"),
+        sampling=sampling,
+        engine=read_group(
+            EngineConfig, ro, "rollout", sampling=sampling, max_seq_len=training.max_length,
+            # 0: one slot per episode of a step (every host rolls out its share of them)
+            num_slots=int(ro.num_slots) or max(1, training.batch_size * rl.group_size
+                                               // _processes()),
+            kv_pages=int(ro.kv_pages) or None, kv_cache_mb=float(ro.kv_cache_mb) or None),
         eval_temperature=float(config.rollout.eval_temperature),
         data=read_group(DataConfig, config.data, "data"),
         environment=read_group(EnvironmentConfig, config.environment, "environment"),

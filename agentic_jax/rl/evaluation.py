@@ -23,7 +23,7 @@ from agentic_jax.rollout import Episode, SamplingParams, ToolController
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    """batch_size: episodes per agent call on this host (a fixed shape: one compilation).
+    """batch_size: episodes per agent call on this host (the engine queues them all).
     temperature: 0 is greedy; with num_samples > 1 a temperature of 0 samples at 1.0.
     num_samples: k for pass@k."""
 
@@ -109,16 +109,16 @@ def _rollout_share(policy: Policy, problems: list[Problem], k: int, tools: bool,
                                 mode="fixed" if tools else "forbidden")
     agent = policy.agent(controller, dataclasses.replace(policy.agent_cfg, sampling=sampling))
     rng = jax.random.key(policy.cfg.seed)
-    # Room after the last episode for the padding rows of a final, partial chunk.
+    # One split for the whole set (its size kept from when a final chunk was padded to a full
+    # batch, so that the keys stay the same).
     total = len(problems) * k + batch_size
     offset = share.start * k
     episodes: list[Episode] = []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start:start + batch_size]
-        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape
         # group_id: the problem's index in ``problems``, whatever the chunking.
-        specs = row_specs(policy, padded, allow_tools=tools, group_size=k,
+        specs = row_specs(policy, chunk, allow_tools=tools, group_size=k,
                           first_row=offset + start)
         result = agent.run(specs, rng, row_offset=offset + start, total_rows=total)
-        episodes.extend(result.episodes[:len(chunk)])
+        episodes.extend(result.episodes)
     return jobs, episodes

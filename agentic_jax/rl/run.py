@@ -182,6 +182,7 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
         time_update_s=timer["update"] + timer["publish"],
         accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0),
         stage=run.scheduler.current_stage)
+    metrics.update({k: v for k, v in t.items() if k.startswith(("engine_", "time_engine_"))})
     metrics.update(run.controller.metrics())
     return (result.state.replace(step=np.asarray(step, np.int32)), metrics,
             result.skipped_in_a_row)

@@ -1,18 +1,22 @@
-"""The multi-turn think -> code -> verify loop over a batch of prompts, as a state machine.
+"""The multi-turn think -> code -> verify loop over a batch of prompts, on the rollout engine.
 
-Each row is in one `Phase`:
+Every episode is one engine request (its row's PRNG key, so its tokens do not depend on
+scheduling). Each row is in one `Phase`:
 
-    DECODING      on the accelerator with the other decoding rows;
-    RUNNING_TOOL  its closed ```python block runs in the sandbox's host thread pool while the
-                  other rows keep decoding;
+    DECODING      in the engine: queued, prefilling or decoding in a slot;
+    RUNNING_TOOL  paused in the engine (its pages kept) after closing a ```python block, which
+                  runs in the sandbox's host thread pool while the other rows keep decoding;
     READY         its ```output block (the result, or a message past the tool budget) waits to
-                  be appended to its tokens (loss_mask 0, log-prob 0) and its KV cache;
+                  be appended: `Engine.resume` writes it into the row's own pages (loss_mask 0,
+                  log-prob 0) and queues the row again;
     DONE          ended at EOS, at a closed \\boxed{} answer, or at ``max_length`` tokens.
 
-One round: collect finished snippets (RUNNING_TOOL -> READY; waiting only when no row can
-decode), append the ready outputs in one batched write (READY -> DECODING, or DONE when the
-output fills the budget), then one decode dispatch for every DECODING row, after which each
-row's new tokens are read once for the turn's first event (`_turn_event`).
+The engine's pause hook reads a row's current turn after every decode round trip
+(`_turn_event`): at the first closed code block or final answer it keeps the tokens up to it and
+the row leaves its slot for the next queued row. One round of the loop: collect finished snippets
+(RUNNING_TOOL -> READY; waiting only when the engine has nothing to run), hand the ready outputs
+to the engine (READY -> DECODING, or DONE when the output fills the budget), then one engine
+step, whose events move rows on.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import numpy as np
 
 from agentic_jax.rollout import tools
 from agentic_jax.rollout.controller import ToolController
+from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
-from agentic_jax.rollout.sampler import Sampler, SamplingParams
+from agentic_jax.rollout.sampler import SamplingParams
 from agentic_jax.utils.timing import PhaseTimer
 
 _DISABLED_MESSAGE = "Tools are disabled: answer directly."
@@ -40,7 +45,6 @@ class AgentConfig:
     """Args:
     max_length: prompt + response tokens per episode (``training.max_length``).
     max_output_tokens: token budget of one rendered tool output (head + tail kept).
-    decode_chunk: decode steps per device dispatch; smaller reacts faster to finished tools.
     sampling: temperature / top-p / top-k.
     stop_on_answer: end an episode as soon as its \\boxed{} answer closes.
     stateful: an episode's code blocks share one namespace, as in a notebook (the sandbox
@@ -51,7 +55,6 @@ class AgentConfig:
 
     max_length: int
     max_output_tokens: int = 32
-    decode_chunk: int = 32
     sampling: SamplingParams = SamplingParams()
     stop_on_answer: bool = True
     stateful: bool = False
@@ -62,9 +65,6 @@ class AgentConfig:
             raise ValueError(f"max_length: expected > 1, got {self.max_length}")
         if self.max_output_tokens < 4:
             raise ValueError(f"max_output_tokens: expected >= 4, got {self.max_output_tokens}")
-        if self.decode_chunk <= 0:
-            raise ValueError(f"decode_chunk: expected a positive integer, got "
-                             f"{self.decode_chunk}")
 
 
 class Phase(enum.Enum):
@@ -84,8 +84,9 @@ class RowSpec(NamedTuple):
 
 
 class RolloutResult(NamedTuple):
-    """`AgentLoop.run`'s episodes (input order) and its timing and tool statistics (seconds:
-    decode_s, append_s, tool_wait_s, rollout_s; accelerator_idle_frac)."""
+    """`AgentLoop.run`'s episodes (input order) and its timing and engine statistics (seconds:
+    decode_s (engine steps: prefill, tool-output appends and decoding), tool_wait_s,
+    rollout_s; accelerator_idle_frac; the engine's `EngineStats.as_metrics` for this run)."""
 
     episodes: list[Episode]
     timing: dict[str, float]
@@ -100,7 +101,7 @@ class _TurnEvent(NamedTuple):
 class _Row:
     episode: Episode
     phase: Phase = Phase.DECODING
-    turn_start: int = 0                 # response index where the current turn begins
+    event: _TurnEvent | None = None     # the turn event the pause hook found
     tool: cf.Future | None = None       # RUNNING_TOOL: the snippet's future
     tool_code: str = ""                 # RUNNING_TOOL: the snippet
     tool_started: float = 0.0
@@ -116,21 +117,23 @@ class AgentLoop:
     """Runs batches of tool-using episodes.
 
     Args:
-      sampler: a `Sampler` whose ``max_len`` is at least ``cfg.max_length``.
+      engine: the `Engine` the policy samples with (its ``max_seq_len`` at least
+        ``cfg.max_length``); it must hold no sequence when `run` starts.
       tokenizer: a Hugging Face tokenizer (``encode``/``decode``, ``eos_token_id``).
       sandbox: an `agentic_jax.sandbox.Sandbox` (``submit(code, timeout_ms=)`` -> Future).
       controller: the `ToolController` deciding budgets and timeouts (read, not changed: the
         caller updates it from the finished episodes).
     """
 
-    def __init__(self, sampler: Sampler, tokenizer: Any, sandbox: Any,
+    def __init__(self, engine: Engine, tokenizer: Any, sandbox: Any,
                  controller: ToolController, cfg: AgentConfig):
-        if sampler.max_len < cfg.max_length:
-            raise ValueError(f"sampler max_len {sampler.max_len} < max_length {cfg.max_length}")
-        self.sampler, self.tokenizer, self.sandbox = sampler, tokenizer, sandbox
+        if engine.cfg.max_seq_len < cfg.max_length:
+            raise ValueError(f"rollout engine max_seq_len {engine.cfg.max_seq_len} < "
+                             f"max_length {cfg.max_length}")
+        self.engine, self.tokenizer, self.sandbox = engine, tokenizer, sandbox
         self.controller, self.cfg = controller, cfg
-        self.end_ids = _end_ids(tokenizer, cfg.stop_ids)
-        self.stop_ids = _stop_ids(tokenizer, self.end_ids)
+        self.end_ids = tuple(_end_ids(tokenizer, cfg.stop_ids))
+        self.pause_ids = _pause_ids(tokenizer)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -149,26 +152,37 @@ class AgentLoop:
             raise ValueError(f"rows [{row_offset}, {row_offset + n}) are not inside a batch of "
                              f"{total_rows}")
         rows = [self._new_row(i, spec) for i, spec in enumerate(specs)]
+        engine = self.engine
+        engine.set_sampling(self.cfg.sampling)
+        engine.reset_stats()
+        keys = np.asarray(jax.random.key_data(
+            jax.random.split(rng, total_rows)[row_offset:row_offset + n]))
         timer = PhaseTimer()
-        with timer("decode_s"):
-            state = self.sampler.prefill([r.episode.prompt_tokens for r in rows])
-        row_keys = jax.random.split(rng, total_rows)[row_offset:row_offset + n]
-        while any(r.phase is not Phase.DONE for r in rows):
-            self._collect_tools(rows, timer)
-            if any(r.phase is Phase.READY for r in rows):
-                with timer("append_s"):
-                    state = self._append_outputs(state, rows)
-            if any(r.phase is Phase.DECODING for r in rows):
-                with timer("decode_s"):
-                    state = self._decode_round(state, rows, row_keys)
+        try:
+            for b, row in enumerate(rows):
+                engine.submit(self._request(b, row, keys[b]))
+            while any(r.phase is not Phase.DONE for r in rows):
+                self._collect_tools(rows, timer)
+                self._append_outputs(rows)
+                if engine.has_work:
+                    with timer("decode_s"):
+                        events = engine.step()
+                    for event in events:
+                        self._on_event(rows[event.request_id], event)
+        finally:
+            for b in range(n):  # after an error, rows left in the engine free their pages
+                engine.abort(b)
         for row in rows:
             row.episode.text = self.decode(row.episode.response_tokens)
-        return RolloutResult([r.episode for r in rows], _timing(timer))
+        return RolloutResult([r.episode for r in rows],
+                             dict(_timing(timer), **engine.stats.as_metrics()))
 
     def _new_row(self, i: int, spec: RowSpec) -> _Row:
         if len(spec.prompt) >= self.cfg.max_length:
             raise ValueError(f"prompt {i} has {len(spec.prompt)} tokens; training.max_length "
                              f"is {self.cfg.max_length}")
+        if len(spec.prompt) == 0:
+            raise ValueError(f"prompt {i} is empty")
         stats = self.sandbox.stats() if hasattr(self.sandbox, "stats") else {}
         workers = max(1.0, float(stats.get("workers", 1)))
         decision = self.controller.decide(
@@ -179,15 +193,61 @@ class AgentLoop:
                             timeout_ms=decision.timeout_ms, stage=spec.stage,
                             difficulty=spec.difficulty, group_id=spec.group_id))
 
+    def _request(self, b: int, row: _Row, key: np.ndarray) -> Request:
+        def pause(turn: Sequence[int]) -> int | None:
+            row.event = self._turn_event(list(turn))
+            return None if row.event is None else row.event.cut
+
+        prompt = tuple(row.episode.prompt_tokens)
+        return Request(request_id=b, prompt=prompt,
+                       max_new_tokens=self.cfg.max_length - len(prompt), key=key,
+                       stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids)
+
+    # ------------------------------------------------------------------ DECODING
+
+    def _on_event(self, row: _Row, event: Event) -> None:
+        """A row left its slot: DECODING -> RUNNING_TOOL | READY | DONE."""
+        ep = row.episode
+        ep.add_model_tokens(event.tokens, event.logprobs, event.values)
+        if event.kind == "finished":
+            _finish(row, "eos" if event.reason == "stop" else "length", void=True)
+            return
+        turn, row.event = row.event, None
+        if turn.code is None:
+            self.engine.release(event.request_id)
+            _finish(row, "answer")
+        elif ep.num_tool_calls < ep.tool_budget:
+            ep.num_tool_calls += 1
+            row.phase, row.tool_started = Phase.RUNNING_TOOL, time.perf_counter()
+            row.tool_code = turn.code
+            history = {"history": tuple(row.history)} if self.cfg.stateful else {}
+            row.tool = self.sandbox.submit(turn.code, timeout_ms=ep.timeout_ms, **history)
+        else:
+            message = tools.BUDGET_MESSAGE if ep.tool_budget > 0 else _DISABLED_MESSAGE
+            self._ready(row, tools.render_message(message, self.tokenizer))
+
+    def _turn_event(self, turn: list[int]) -> _TurnEvent | None:
+        """The turn's first completed event: a closed code block or (with stop_on_answer) a
+        closed final answer; None while neither has happened."""
+        def happened(text: str) -> bool:
+            return tools.find_closed_code(text) is not None or (
+                self.cfg.stop_on_answer and tools.has_final_answer(text))
+
+        if not happened(self.decode(turn)):
+            return None
+        cut = tools.first_prefix_with(turn, self.decode, happened)
+        code = tools.find_closed_code(self.decode(turn[:cut]))
+        return _TurnEvent(cut, None if code is None else code[0])
+
     # ------------------------------------------------------------------ RUNNING_TOOL
 
     def _collect_tools(self, rows: list[_Row], timer: PhaseTimer) -> None:
-        """RUNNING_TOOL -> READY for every finished snippet; waits for one when no row could
-        make progress otherwise."""
+        """RUNNING_TOOL -> READY for every finished snippet; waits for one when the engine has
+        nothing to run and no output is ready."""
         running = [r for r in rows if r.phase is Phase.RUNNING_TOOL]
         if not running:
             return
-        if not any(r.phase in (Phase.DECODING, Phase.READY) for r in rows):
+        if not self.engine.has_work and not any(r.phase is Phase.READY for r in rows):
             with timer("tool_wait_s"):
                 cf.wait([r.tool for r in running], return_when=cf.FIRST_COMPLETED)
         for row in running:
@@ -212,77 +272,21 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ READY
 
-    def _append_outputs(self, state, rows: list[_Row]):
-        """READY -> DECODING (output appended) or DONE (the output reached max_length)."""
-        chunks: list[list[int]] = [[] for _ in rows]
+    def _append_outputs(self, rows: list[_Row]) -> None:
+        """READY -> DECODING (the output resumes the row in the engine) or DONE (the output
+        reached max_length)."""
         for b, row in enumerate(rows):
             if row.phase is not Phase.READY:
                 continue
             room = self.cfg.max_length - row.length
             row.episode.add_tool_tokens(row.output[:room])
-            row.turn_start = len(row.episode.response_tokens)
             if len(row.output) >= room:
+                self.engine.release(b)
                 _finish(row, "length")
             else:
-                chunks[b], row.phase = row.output, Phase.DECODING
+                self.engine.resume(b, row.output)
+                row.phase = Phase.DECODING
             row.output = []
-        if not any(chunks):
-            return state
-        return self.sampler.append(state, chunks)
-
-    # ------------------------------------------------------------------ DECODING
-
-    def _decode_round(self, state, rows: list[_Row], row_keys: jax.Array):
-        active = np.asarray([r.phase is Phase.DECODING for r in rows])
-        lengths = np.asarray([r.length for r in rows], np.int64)
-        out = self.sampler.decode(
-            state, row_keys, active=active, budget=self.cfg.max_length - lengths,
-            stop_ids=self.stop_ids, params=self.cfg.sampling, num_steps=self.cfg.decode_chunk)
-        toks, lps, vals, count = jax.device_get(
-            (out.tokens, out.logprobs, out.values, out.num_generated))
-        for b in np.flatnonzero(active):
-            k = int(count[b])
-            rows[b].episode.add_model_tokens(toks[b, :k], lps[b, :k], vals[b, :k])
-            self._after_tokens(rows[b])
-        # Rows cut back to their event give those cache slots up.
-        return self.sampler.set_lengths(out.state, np.asarray([r.length for r in rows]))
-
-    def _after_tokens(self, row: _Row) -> None:
-        """DECODING -> RUNNING_TOOL | READY | DONE, or stays DECODING."""
-        ep = row.episode
-        turn = ep.response_tokens[row.turn_start:]
-        event = self._turn_event(turn)
-        if event is None:
-            if turn and turn[-1] in self.end_ids:
-                _finish(row, "eos", void=True)
-            elif row.length >= self.cfg.max_length:
-                _finish(row, "length", void=True)
-            return
-        ep.truncate(row.turn_start + event.cut)  # later tokens are discarded
-        if event.code is None:
-            _finish(row, "answer")
-        elif ep.num_tool_calls < ep.tool_budget:
-            ep.num_tool_calls += 1
-            row.phase, row.tool_started = Phase.RUNNING_TOOL, time.perf_counter()
-            row.tool_code = event.code
-            history = {"history": tuple(row.history)} if self.cfg.stateful else {}
-            row.tool = self.sandbox.submit(event.code, timeout_ms=ep.timeout_ms, **history)
-        else:
-            message = tools.BUDGET_MESSAGE if ep.tool_budget > 0 else _DISABLED_MESSAGE
-            self._ready(row, tools.render_message(message, self.tokenizer))
-
-    def _turn_event(self, turn: list[int]) -> _TurnEvent | None:
-        """The turn's first completed event: a closed code block or (with stop_on_answer) a
-        closed final answer; None while neither has happened."""
-        def happened(text: str) -> bool:
-            return tools.find_closed_code(text) is not None or (
-                self.cfg.stop_on_answer and tools.has_final_answer(text))
-
-        if not happened(self.decode(turn)):
-            return None
-        cut = tools.first_prefix_with(turn, self.decode, happened)
-        code = tools.find_closed_code(self.decode(turn[:cut]))
-        return _TurnEvent(cut, None if code is None else code[0])
 
 
 def _finish(row: _Row, reason: str, void: bool = False) -> None:
@@ -298,19 +302,16 @@ def _end_ids(tokenizer: Any, stop_ids: Sequence[int]) -> list[int]:
     return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
 
-def _stop_ids(tokenizer: Any, end_ids: list[int]) -> list[int]:
-    """The ids that stop a decode chunk: ``end_ids``, plus the closing fence when the tokenizer
-    has it as one token (the built-in one)."""
-    ids = list(end_ids)
+def _pause_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The closing code fence when the tokenizer has it as one token (the built-in one): a slot
+    stops its round trip there, so the snippet starts without waiting for the round to end."""
     fence = tokenizer.encode(tools.CODE_CLOSE, add_special_tokens=False)
-    if len(fence) == 1:
-        ids.append(int(fence[0]))
-    return ids
+    return (int(fence[0]),) if len(fence) == 1 else ()
 
 
 def _timing(timer: PhaseTimer) -> dict[str, float]:
     """The timer's phases, the rollout's wall time and the accelerator's idle fraction."""
     total = timer.elapsed
-    busy = timer["decode_s"] + timer["append_s"]
+    busy = timer["decode_s"]
     return dict(timer.seconds, rollout_s=total,
                 accelerator_idle_frac=max(0.0, 1.0 - busy / total) if total > 0 else 0.0)

@@ -1,7 +1,5 @@
 """The tool loop with a scripted policy: code runs in the real sandbox, outputs are fed back as
-masked tokens, budgets and stops hold, and the KV-cache bookkeeping matches the episode."""
-
-import dataclasses
+masked tokens, budgets and stops hold, and what the engine holds matches the episode."""
 
 import jax
 import numpy as np
@@ -9,60 +7,101 @@ import pytest
 
 from agentic_jax.data import prompts
 from agentic_jax.data.tokenizer import builtin_tokenizer
-from agentic_jax.rollout import (
-    AgentConfig, AgentLoop, DecodeOut, RowSpec, SamplingParams, ToolController)
+from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout.engine import EngineConfig, EngineStats, Event
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 
 
-@dataclasses.dataclass
-class _State:
-    rows: list  # the tokens each row's cache holds
+class _Seq:
+    def __init__(self, request, script):
+        self.request, self.script = request, script
+        self.cache = list(request.prompt)  # every token the engine's pages would hold
+        self.budget, self.turn_start, self.paused = request.max_new_tokens, len(self.cache), False
 
 
-class ScriptedSampler:
-    """Stands in for `Sampler`: row b emits the tokens of scripts[b] in order.
+class ScriptedEngine:
+    """Stands in for `Engine` under its contract: request b emits the tokens of scripts[b] in
+    order, up to ``decode_steps`` per step, stopping its step at a stop or pause token; the
+    pause hook is read after each step (tokens past its cut are discarded); `resume` appends
+    into the sequence's own cache.
 
-    Keeps each row's cache contents so tests can check that rollbacks and appends leave the
-    cache equal to prompt + response.
+    Keeps each request's cache contents so tests can check that cuts and appends leave it equal
+    to prompt + response; ``caches`` keeps them after a sequence ends.
     """
 
-    def __init__(self, scripts, max_len=512):
+    def __init__(self, scripts, max_seq_len=512, decode_steps=8):
         self.scripts = [list(s) for s in scripts]
-        self.max_len = max_len
-        self.decode_calls = 0
+        self.cfg = EngineConfig(max_seq_len=max_seq_len, decode_steps=decode_steps)
+        self.seqs, self.caches, self.step_calls = {}, {}, 0
+        self.stats = EngineStats(pool_pages=1, page_bytes=1)
 
-    def prefill(self, prompts_):
-        return _State([list(p) for p in prompts_])
+    def set_sampling(self, sampling):
+        assert not self.seqs
+        self.sampling = sampling
 
-    def append(self, state, chunks):
-        for row, chunk in zip(state.rows, chunks):
-            row.extend(chunk)
-        return state
+    def reset_stats(self):
+        self.stats = EngineStats(pool_pages=1, page_bytes=1)
 
-    @staticmethod
-    def set_lengths(state, lengths):
-        for row, n in zip(state.rows, lengths):
-            assert n <= len(row), "set_lengths may only roll back"
-            del row[n:]
-        return state
+    def submit(self, request):
+        assert request.request_id not in self.seqs
+        self.seqs[request.request_id] = _Seq(request, self.scripts[request.request_id])
 
-    def decode(self, state, row_keys, *, active, budget, stop_ids, params, num_steps):
-        self.decode_calls += 1
-        b = len(state.rows)
-        toks = np.zeros((b, num_steps), np.int32)
-        count = np.zeros(b, np.int32)
-        for i in np.flatnonzero(active):
-            for k in range(min(num_steps, int(budget[i]))):
-                if not self.scripts[i]:
+    @property
+    def has_work(self):
+        return any(not s.paused for s in self.seqs.values())
+
+    def step(self):
+        self.step_calls += 1
+        events = []
+        for rid, seq in list(self.seqs.items()):
+            if seq.paused:
+                continue
+            req, new = seq.request, []
+            while len(new) < self.cfg.decode_steps and seq.budget > 0 and seq.script:
+                new.append(seq.script.pop(0))
+                seq.budget -= 1
+                if new[-1] in req.stop_tokens + req.pause_tokens:
                     break
-                tok = self.scripts[i].pop(0)
-                toks[i, k] = tok
-                state.rows[i].append(tok)
-                count[i] = k + 1
-                if tok in stop_ids:
-                    break
-        zeros = np.zeros((b, num_steps), np.float32)
-        return DecodeOut(state, toks, zeros - 0.5, zeros, count, np.zeros(b, bool))
+            seq.cache.extend(new)
+            turn = seq.cache[seq.turn_start:]
+            cut = req.pause(turn) if req.pause else None
+            if cut is not None:
+                drop = len(turn) - cut
+                if drop:
+                    del seq.cache[-drop:]
+                seq.budget += drop
+                seq.paused = True
+                events.append(self._event(rid, seq, "paused", "pause"))
+            elif new and new[-1] in req.stop_tokens:
+                events.append(self._end(rid, seq, "stop"))
+            elif seq.budget <= 0 or not seq.script:
+                events.append(self._end(rid, seq, "length"))
+        return events
+
+    def resume(self, rid, tokens):
+        seq = self.seqs[rid]
+        assert seq.paused and len(tokens) < seq.budget
+        seq.cache.extend(tokens)
+        seq.budget -= len(tokens)
+        seq.turn_start, seq.paused = len(seq.cache), False
+
+    def release(self, rid):
+        assert self.seqs[rid].paused
+        self.caches[rid] = self.seqs.pop(rid).cache
+
+    def abort(self, rid):
+        if rid in self.seqs:
+            self.caches[rid] = self.seqs.pop(rid).cache
+
+    def _event(self, rid, seq, kind, reason):
+        turn = seq.cache[seq.turn_start:]
+        return Event(rid, kind, reason, turn, np.full(len(turn), -0.5, np.float32),
+                     np.zeros(len(turn), np.float32))
+
+    def _end(self, rid, seq, reason):
+        event = self._event(rid, seq, "finished", reason)
+        self.caches[rid] = self.seqs.pop(rid).cache
+        return event
 
 
 @pytest.fixture(scope="module")
@@ -82,28 +121,21 @@ def enc(tok, text):
 
 def run(tok, sandbox, scripts, prompts_text, *, budget=4, max_length=256, chunk=8,
         mode="fixed"):
-    sampler = ScriptedSampler([enc(tok, s) for s in scripts])
+    engine = ScriptedEngine([enc(tok, s) for s in scripts], decode_steps=chunk)
     controller = ToolController(max_tool_calls=budget, timeout_ms=2000, mode=mode)
-    cfg = AgentConfig(max_length=max_length, max_output_tokens=32, decode_chunk=chunk,
+    cfg = AgentConfig(max_length=max_length, max_output_tokens=32,
                       sampling=SamplingParams(temperature=1.0))
-    agent = AgentLoop(sampler, tok, sandbox, controller, cfg)
+    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
     prompt_tokens = [enc(tok, p) for p in prompts_text]
-    state_holder = {}
-    original_prefill = sampler.prefill
-
-    def prefill(p):
-        state_holder["state"] = original_prefill(p)
-        return state_holder["state"]
-
-    sampler.prefill = prefill
     episodes, timing = agent.run([RowSpec(p) for p in prompt_tokens], jax.random.key(0))
-    return episodes, timing, state_holder["state"], sampler
+    assert not engine.seqs, "every sequence left the engine"
+    return episodes, timing, engine
 
 
 def test_code_is_run_and_output_fed_back_masked(tok, sandbox):
     script = ("Let me compute.\n" + prompts.code_block("print(3847 * 2913)")
               + "The answer is \\boxed{11206311}.")
-    eps, timing, state, _ = run(tok, sandbox, [script], ["Compute 3847 * 2913.\n"])
+    eps, timing, engine = run(tok, sandbox, [script], ["Compute 3847 * 2913.\n"])
     ep = eps[0]
     assert ep.num_tool_calls == 1 and ep.num_tool_failures == 0
     assert "```output\n11206311\n```" in ep.text
@@ -120,14 +152,14 @@ def test_code_is_run_and_output_fed_back_masked(tok, sandbox):
     assert all(lp == 0.0 for lp, m in zip(ep.logprobs, ep.loss_mask) if m == 0)
     assert all(lp == -0.5 for lp, m in zip(ep.logprobs, ep.loss_mask) if m == 1)
     # The cache holds exactly prompt + response.
-    assert state.rows[0] == ep.prompt_tokens + ep.response_tokens
+    assert engine.caches[0] == ep.prompt_tokens + ep.response_tokens
     assert 0.0 <= timing["accelerator_idle_frac"] <= 1.0
 
 
 def test_errors_are_one_line_with_hint_and_counted(tok, sandbox):
     script = (prompts.code_block("import os\nprint(os.getcwd())") + "\n"
               + prompts.code_block("print(1/0)") + "The answer is \\boxed{1}.")
-    eps, _, _, _ = run(tok, sandbox, [script], ["Q\n"])
+    eps, _, _ = run(tok, sandbox, [script], ["Q\n"])
     ep = eps[0]
     assert ep.num_tool_calls == 2 and ep.num_tool_failures == 2
     assert ep.tool_errors == ["ImportError", "ZeroDivisionError"]
@@ -138,7 +170,7 @@ def test_errors_are_one_line_with_hint_and_counted(tok, sandbox):
 def test_tool_budget_stops_execution(tok, sandbox):
     block = prompts.code_block("print(7)")
     script = block + block + block + "The answer is \\boxed{7}."
-    eps, _, _, _ = run(tok, sandbox, [script], ["Q\n"], budget=2)
+    eps, _, _ = run(tok, sandbox, [script], ["Q\n"], budget=2)
     ep = eps[0]
     assert ep.num_tool_calls == 2
     assert ep.text.count("```output\n7\n```") == 2
@@ -148,7 +180,7 @@ def test_tool_budget_stops_execution(tok, sandbox):
 
 def test_forbidden_mode_runs_nothing(tok, sandbox):
     script = prompts.code_block("print(7)") + "The answer is \\boxed{7}."
-    eps, _, _, _ = run(tok, sandbox, [script], ["Q\n"], mode="forbidden")
+    eps, _, _ = run(tok, sandbox, [script], ["Q\n"], mode="forbidden")
     assert eps[0].num_tool_calls == 0
     assert "```output\n7" not in eps[0].text
     assert "Tools are disabled" in eps[0].text
@@ -156,17 +188,17 @@ def test_forbidden_mode_runs_nothing(tok, sandbox):
 
 def test_tokens_after_the_answer_are_cut_and_cache_rolled_back(tok, sandbox):
     script = "The answer is \\boxed{5}. And then some more words that must be dropped."
-    eps, _, state, _ = run(tok, sandbox, [script], ["Q\n"], chunk=64)
+    eps, _, engine = run(tok, sandbox, [script], ["Q\n"], chunk=64)
     ep = eps[0]
     assert ep.text.rstrip(".") == "The answer is \\boxed{5}"
     assert ep.finish_reason == "answer"
-    assert state.rows[0] == ep.prompt_tokens + ep.response_tokens
+    assert engine.caches[0] == ep.prompt_tokens + ep.response_tokens
 
 
 def test_eos_length_and_void_turns(tok, sandbox):
     eos = tok.eos_token
     scripts = ["I do not know." + eos, "word " * 200]
-    eps, _, _, _ = run(tok, sandbox, scripts, ["Q\n", "Q\n"], max_length=40)
+    eps, _, _ = run(tok, sandbox, scripts, ["Q\n", "Q\n"], max_length=40)
     assert eps[0].finish_reason == "eos" and eps[0].void_turn
     assert eps[1].finish_reason == "length" and eps[1].void_turn and eps[1].truncated
     assert len(eps[1].prompt_tokens) + len(eps[1].response_tokens) == 40
@@ -175,17 +207,17 @@ def test_eos_length_and_void_turns(tok, sandbox):
 def test_rows_keep_decoding_while_a_tool_runs(tok, sandbox):
     slow = prompts.code_block("import math\ns = 0\nfor i in range(300000):\n    s += i\nprint(s)")
     scripts = [slow + "The answer is \\boxed{1}.", "a " * 60 + "The answer is \\boxed{2}."]
-    eps, _, states, sampler = run(tok, sandbox, scripts, ["Q\n", "Q\n"], chunk=4)
+    eps, _, engine = run(tok, sandbox, scripts, ["Q\n", "Q\n"], chunk=4)
     assert eps[0].num_tool_calls == 1 and eps[0].num_tool_failures == 0
     assert eps[1].finish_reason == "answer"
     # Row 1 needed many chunks; they ran while row 0's snippet was in the sandbox.
-    assert sampler.decode_calls > 10
+    assert engine.step_calls > 10
 
 
 def test_unclosed_and_reopened_blocks(tok, sandbox):
     reopened = "```python\nprint(1)\n```python\nprint(2)\n```\nThe answer is \\boxed{2}."
     unclosed = "```python\nprint(3)\n" + "x " * 100
-    eps, _, _, _ = run(tok, sandbox, [reopened, unclosed], ["Q\n", "Q\n"], max_length=80)
+    eps, _, _ = run(tok, sandbox, [reopened, unclosed], ["Q\n", "Q\n"], max_length=80)
     assert "```output\n2\n```" in eps[0].text and eps[0].num_tool_calls == 1
     assert eps[1].num_tool_calls == 0 and eps[1].finish_reason == "length"
 
@@ -209,10 +241,10 @@ def test_controller_update_counts_budgets_and_observes_in_order():
 def test_stateful_episodes_share_a_namespace(tok, sandbox, stateful):
     script = (prompts.code_block("x = 41\nprint('set')") + prompts.code_block("print(x + 1)")
               + "The answer is \\boxed{42}.")
-    sampler = ScriptedSampler([enc(tok, script), enc(tok, script)])
+    engine = ScriptedEngine([enc(tok, script), enc(tok, script)])
     controller = ToolController(max_tool_calls=4, timeout_ms=2000, mode="fixed")
-    cfg = AgentConfig(max_length=256, max_output_tokens=32, decode_chunk=8, stateful=stateful)
-    agent = AgentLoop(sampler, tok, sandbox, controller, cfg)
+    cfg = AgentConfig(max_length=256, max_output_tokens=32, stateful=stateful)
+    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
     eps, _ = agent.run([RowSpec(enc(tok, "Q\n")), RowSpec(enc(tok, "Q\n"))], jax.random.key(0))
     for ep in eps:  # each episode has its own namespace: row 1 never sees row 0's x
         assert ep.num_tool_calls == 2

@@ -93,11 +93,11 @@ def test_sampler_decodes_with_merged_weights(lora_run):
                           async_save=False) as ck:
             final, _ = state_lib.restore(ck, like, run.shardings)
         publish(run.policy, final.params)
-        sampled = run.policy.sampler.params
+        sampled = run.policy.engine.params
         assert not any("lora" in k for k in _flat(nnx.to_pure_dict(sampled)))
         tokens = jnp.asarray([[3, 7, 11, 19, 23, 5]])
         with_adapters = nnx.merge(run.policy.graphdef, final.params).forward(tokens).logits
-        merged = nnx.merge(run.policy.sampler.graphdef, sampled).forward(tokens).logits
+        merged = nnx.merge(run.policy.engine.graphdef, sampled).forward(tokens).logits
         np.testing.assert_allclose(np.asarray(merged), np.asarray(with_adapters), atol=1e-5)
     finally:
         run.policy.close()

@@ -14,6 +14,7 @@ from agentic_jax.rl.config import ConfigError, read_config
 from agentic_jax.rl.filters import FilterConfig
 from agentic_jax.rl.losses import LossConfig
 from agentic_jax.rollout import SamplingParams
+from agentic_jax.rollout.engine import EngineConfig
 from configs import math_ppo
 
 # Which dataclasses each config group feeds (by field name).
@@ -21,7 +22,7 @@ FEEDS = {
     "model": [config_lib.ModelSpec],
     "training": [config_lib.TrainingConfig],
     "rl": [config_lib.RLConfig, LossConfig, AdvantageConfig, FilterConfig, RewardConfig],
-    "rollout": [SamplingParams],
+    "rollout": [SamplingParams, EngineConfig],
     "data": [config_lib.DataConfig],
     "environment": [config_lib.EnvironmentConfig],
     "warmstart": [config_lib.WarmStartConfig],
@@ -68,6 +69,10 @@ def test_unknown_variant():
     ("rl.algorithm", "dpo"),
     ("rl.format_penalty", -1.0),
     ("rollout.top_p", 0.0),
+    ("rollout.page_size", 0),
+    ("rollout.num_slots", -2),
+    ("rollout.kv_pages", -1),
+    ("rollout.attention_impl", "cuda"),
     ("environment.tool_mode", "sometimes"),
     ("environment.timeout", 0),
     ("training.batch_size", 0),

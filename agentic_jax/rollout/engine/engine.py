@@ -4,6 +4,7 @@ preemption. The device work is in `paged_model`; this file only decides what run
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from typing import Any, Hashable, Sequence
 
@@ -17,6 +18,7 @@ from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.pages import PagePool, page_bytes, pool_size
 from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
 from agentic_jax.rollout.engine.types import EngineConfig, EngineStats, Event, Request
+from agentic_jax.rollout.sampler import SamplingParams
 
 
 def _key_data(key: Any) -> np.ndarray:
@@ -38,12 +40,24 @@ def _bucket(n: int, cap: int) -> int:
 class Engine:
     """Continuous batching over a paged KV cache for one model (see the package docstring)."""
 
-    def __init__(self, model: nnx.Module, cfg: EngineConfig = EngineConfig()):
-        self.cfg, self.model_cfg = cfg, model.cfg
-        self.graphdef, self.params = nnx.split(model)
+    def __init__(self, model: nnx.Module, cfg: EngineConfig | None = None):
+        graphdef, params = nnx.split(model)
+        self._build(graphdef, params, model.cfg, cfg or EngineConfig())
+
+    @classmethod
+    def from_split(cls, graphdef: nnx.GraphDef, params: nnx.State,
+                   cfg: EngineConfig | None = None) -> Engine:
+        """An engine for a model given as (graph definition, state), e.g. a training run's."""
+        engine = cls.__new__(cls)
+        engine._build(graphdef, params, nnx.merge(graphdef, params).cfg, cfg or EngineConfig())
+        return engine
+
+    def _build(self, graphdef, params, model_cfg, cfg: EngineConfig) -> None:
+        self.cfg, self.model_cfg = cfg, model_cfg
+        self.graphdef, self.params = graphdef, params
         ps = cfg.page_size
         self.max_pages = -(-(cfg.max_seq_len + cfg.decode_steps) // ps) + 1
-        pages = pool_size(model.cfg, page_size=ps, kv_pages=cfg.kv_pages,
+        pages = pool_size(model_cfg, page_size=ps, kv_pages=cfg.kv_pages,
                           kv_cache_mb=cfg.kv_cache_mb,
                           default_pages=cfg.num_slots * self.max_pages)
         if pages < self.max_pages:
@@ -52,8 +66,8 @@ class Engine:
                              f"{ps} positions)")
         self.pool = PagePool(pages)
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
-        self.kv = pm.init_paged_kv(model.cfg, pages, ps)
-        self.stats = EngineStats(pool_pages=pages, page_bytes=page_bytes(model.cfg, ps))
+        self.kv = pm.init_paged_kv(model_cfg, pages, ps)
+        self.stats = EngineStats(pool_pages=pages, page_bytes=page_bytes(model_cfg, ps))
         self.seqs: dict[Hashable, Seq] = {}
         self.waiting: collections.deque[Seq] = collections.deque()
         self.slots: list[Seq | None] = [None] * cfg.num_slots
@@ -64,6 +78,22 @@ class Engine:
         self._stop_width = 1
 
     # ------------------------------------------------------------------ public API
+
+    def reset_stats(self) -> EngineStats:
+        """Starts the counters again (the page peak from the pages in use now); returns the old."""
+        old = self.stats
+        self.stats = EngineStats(pool_pages=old.pool_pages, page_bytes=old.page_bytes,
+                                 pages_in_use=self.pool.in_use, pages_peak=self.pool.in_use)
+        self.pool.peak = self.pool.in_use
+        return old
+
+    def set_sampling(self, sampling: SamplingParams) -> None:
+        """Temperature / top-p / top-k of the requests submitted from now on; only while the
+        engine holds no sequence (every live one samples with the same settings)."""
+        if self.seqs:
+            raise RuntimeError(f"rollout engine: cannot change sampling with {len(self.seqs)} "
+                               f"live sequences")
+        self.cfg = dataclasses.replace(self.cfg, sampling=sampling)
 
     def update_params(self, model_or_state: Any) -> None:
         """Points the engine at new weights (same structure) without recompiling."""
@@ -84,7 +114,8 @@ class Engine:
             raise ValueError(f"request {request.request_id!r}: prompt {len(prompt)} + "
                              f"max_new_tokens {request.max_new_tokens} exceeds max_seq_len "
                              f"{self.cfg.max_seq_len}")
-        self._stop_width = max(self._stop_width, len(request.stop_tokens))
+        self._stop_width = max(self._stop_width,
+                               len(request.stop_tokens) + len(request.pause_tokens))
         prefix = self.prefixes.setdefault(tuple(prompt[:-1]), Prefix(tokens=tuple(prompt[:-1])))
         prefix.refs += 1
         seq = Seq(request=request, tokens=prompt, budget=request.max_new_tokens, prefix=prefix,
@@ -112,6 +143,16 @@ class Engine:
         """Ends a paused sequence for good, freeing its pages."""
         self._drop(self._paused(request_id))
 
+    def abort(self, request_id: Hashable) -> bool:
+        """Ends a sequence in any state (queued, in a slot or paused), freeing its pages and
+        dropping its pending event; False if it is not live."""
+        seq = self.seqs.get(request_id)
+        if seq is None:
+            return False
+        self._events = [e for e in self._events if e.request_id != request_id]
+        self._drop(seq)
+        return True
+
     @property
     def has_work(self) -> bool:
         """Whether `step` would advance anything (queued, prefilling or decoding sequences)."""
@@ -136,6 +177,8 @@ class Engine:
         events, self._events = self._events, []
         self.stats.pages_in_use = self.pool.in_use
         self.stats.pages_peak = self.pool.peak
+        self.stats.steps += 1
+        self.stats.pages_in_use_sum += self.pool.in_use
         return events
 
     def run(self) -> list[Event]:
@@ -177,8 +220,9 @@ class Engine:
         self.waiting.extendleft(reversed(skipped))
         if not free or not self.waiting or self._any_holder_active():
             return
-        # Nothing decodes and the queue head does not fit: only paused sequences hold pages.
-        victim = self._newest(lambda s: s.state == PAUSED and s.pages)
+        # Nothing decodes and the queue head does not fit: the pages are held by paused
+        # sequences and by queued ones that kept theirs (resumed after a tool call).
+        victim = self._newest(lambda s: s.state in (PAUSED, WAITING) and bool(s.pages))
         if victim is None:
             raise RuntimeError("rollout engine: the page pool cannot admit any request")
         self._preempt(victim)
@@ -370,7 +414,8 @@ class Engine:
             tables[i, :len(seq.pages)] = seq.pages
             last[i], length[i], budget[i], live[i] = seq.tokens[-1], seq.length, seq.budget, True
             keys[i] = seq.key_data
-            stops[i, :len(seq.request.stop_tokens)] = seq.request.stop_tokens
+            ids = seq.request.stop_tokens + seq.request.pause_tokens
+            stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
         out = pm.decode_jit(
@@ -386,7 +431,10 @@ class Engine:
         self.stats.token_steps += int(count.sum())
         for seq in running:
             i, k = seq.slot, int(count[seq.slot])
-            self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], bool(stopped[i]))
+            # A pause token also stops the slot on the device; only stop tokens finish it.
+            finished = (bool(stopped[i]) and k > 0
+                        and int(toks[i, k - 1]) in seq.request.stop_tokens)
+            self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], finished)
         self.stats.decode_s += time.perf_counter() - t0
         return True
 
@@ -453,6 +501,7 @@ class Engine:
         self.pool.release(seq.pages)
         self._detach(seq)
         del self.seqs[seq.request.request_id]
+        self.stats.pages_in_use = self.pool.in_use
 
     def _newest(self, where) -> Seq | None:
         candidates = [s for s in self.seqs.values() if where(s)]

@@ -49,17 +49,15 @@ class EngineConfig:
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
                      "prefill_rows", "prefill_tokens_per_step"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"rollout engine: {name} must be positive, got "
-                                 f"{getattr(self, name)}")
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.kv_pages is not None and self.kv_cache_mb is not None:
-            raise ValueError("rollout engine: give kv_pages or kv_cache_mb, not both")
+            raise ValueError("kv_pages: give kv_pages or kv_cache_mb, not both")
         if self.kv_pages is not None and self.kv_pages <= 0:
-            raise ValueError(f"rollout engine: kv_pages must be positive, got {self.kv_pages}")
+            raise ValueError(f"kv_pages must be positive, got {self.kv_pages}")
         if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
-            raise ValueError(f"rollout engine: kv_cache_mb must be positive, got "
-                             f"{self.kv_cache_mb}")
+            raise ValueError(f"kv_cache_mb must be positive, got {self.kv_cache_mb}")
         if self.attention_impl not in ("xla", "pallas", "auto"):
-            raise ValueError(f"rollout engine: attention_impl must be xla/pallas/auto, got "
+            raise ValueError(f"attention_impl must be xla/pallas/auto, got "
                              f"{self.attention_impl!r}")
 
 
@@ -75,6 +73,9 @@ class Request:
         the tokens do not depend on scheduling.
       stop_tokens: ids that finish the sequence once emitted (the id is kept).
       pause: optional `PauseHook`, checked on the host after every decode round trip.
+      pause_tokens: ids after which the slot stops for the rest of its round trip so that the
+        pause hook sees them at once (e.g. a one-token closing code fence); the sequence goes on
+        decoding when the hook returns None.
     """
 
     request_id: Hashable
@@ -83,6 +84,7 @@ class Request:
     key: jax.Array
     stop_tokens: tuple[int, ...] = ()
     pause: PauseHook | None = None
+    pause_tokens: tuple[int, ...] = ()
 
 
 class Event(NamedTuple):
@@ -116,6 +118,8 @@ class EngineStats:
     prefill_tokens: int = 0
     pages_in_use: int = 0
     pages_peak: int = 0
+    steps: int = 0
+    pages_in_use_sum: int = 0  # over steps, for the mean
     preemptions: int = 0
     prefix_hits: int = 0
     prefill_s: float = 0.0
@@ -124,6 +128,19 @@ class EngineStats:
     @property
     def slot_utilisation(self) -> float:
         return self.token_steps / self.slot_steps if self.slot_steps else 0.0
+
+    def as_metrics(self) -> dict[str, float]:
+        """The figures a training step logs (``engine_*``; wall-clock seconds as
+        ``time_engine_*``, with the other timings)."""
+        return {"engine_slot_utilisation": self.slot_utilisation,
+                "engine_pages_in_use_mean": self.pages_in_use_sum / max(self.steps, 1),
+                "engine_pages_peak": float(self.pages_peak),
+                "engine_pages_pool": float(self.pool_pages),
+                "engine_kv_peak_frac": self.pages_peak / self.pool_pages,
+                "engine_preemptions": float(self.preemptions),
+                "engine_prefix_hits": float(self.prefix_hits),
+                "time_engine_prefill_s": self.prefill_s,
+                "time_engine_decode_s": self.decode_s}
 
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in dataclasses.asdict(self).items()}

@@ -1,0 +1,148 @@
+"""The tool loop on the real rollout engine: tool outputs are written into the sequence's own
+pages at the right positions (the sampled log-probs equal the trainer's over the whole
+episode), episodes do not depend on slot count or page size, and no page outlives a rollout."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.data.tokenizer import builtin_tokenizer
+from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rl.step import compute_logprobs
+from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout.agent import _TurnEvent
+from agentic_jax.rollout.engine import Engine, EngineConfig
+from agentic_jax.sandbox import Sandbox, SandboxConfig
+
+MAX_LENGTH = 72
+
+
+class EveryTurnCalls(AgentLoop):
+    """A policy stand-in: a random model never writes code, so every turn that reaches a few
+    tokens counts as closing a block that prints a number depending on the turn's first token
+    (the sandbox really runs it); the budget message answers the calls past the budget."""
+
+    def _turn_event(self, turn):
+        if len(turn) < 5:
+            return None
+        return _TurnEvent(cut=4 + turn[0] % 3, code=f"print({turn[0]} * 7)")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return builtin_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    cfg = ModelConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
+    return Transformer(cfg, rngs=nnx.Rngs(4))
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(SandboxConfig(timeout_ms=3000, num_workers=2)) as sb:
+        yield sb
+
+
+def _specs(tok):
+    questions = ["What is 3 + 4?\n", "Solve x - 2 = 5.\n", "Compute 12 * 12.\n"]
+    # Groups of two samples per prompt, as in training: the pair shares the prompt's pages.
+    return [RowSpec(tok.encode(q, add_special_tokens=False), group_id=i)
+            for i, q in enumerate(questions) for _ in range(2)]
+
+
+def _rollout(model, tok, sandbox, **engine_args):
+    engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, **engine_args))
+    controller = ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed")
+    cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
+                      sampling=SamplingParams(temperature=1.0))
+    result = EveryTurnCalls(engine, tok, sandbox, controller, cfg).run(
+        _specs(tok), jax.random.key(3))
+    return result, engine
+
+
+@pytest.fixture(scope="module")
+def reference(model, tok, sandbox):
+    return _rollout(model, tok, sandbox, num_slots=4, page_size=8, decode_steps=8)
+
+
+def test_tool_outputs_sit_in_the_pages_the_model_reads(model, tok, reference):
+    result, engine = reference
+    episodes = result.episodes
+    assert all(ep.num_tool_calls == 2 for ep in episodes)
+    assert all("```output\n" in ep.text for ep in episodes)
+    graphdef, state = nnx.split(model)
+    for b, ep in enumerate(episodes):
+        seq = ep.prompt_tokens + ep.response_tokens
+        assert len(seq) <= MAX_LENGTH
+        tokens = jnp.asarray([seq], jnp.int32)
+        positions = jnp.arange(len(seq), dtype=jnp.int32)[None]
+        logprobs, values, _ = jax.device_get(compute_logprobs(graphdef, state, tokens,
+                                                              positions))
+        span = slice(len(ep.prompt_tokens), len(seq))
+        mask = np.asarray(ep.loss_mask, bool)
+        assert 0 < mask.sum() < len(mask), "model and tool tokens both present"
+        # Model tokens: the engine's log-probs and values are the full-sequence forward's,
+        # whose context includes the tool outputs; tool tokens carry none.
+        np.testing.assert_allclose(np.asarray(ep.logprobs)[mask], logprobs[0, span][mask],
+                                   atol=1e-4, err_msg=f"episode {b}")
+        np.testing.assert_allclose(np.asarray(ep.values)[mask], values[0, span][mask],
+                                   atol=1e-4, err_msg=f"episode {b}")
+        assert not np.asarray(ep.logprobs)[~mask].any()
+    assert engine.pool.in_use == 0 and not engine.seqs and not engine.prefixes
+
+
+def test_rollout_reports_engine_statistics(reference):
+    timing = reference[0].timing
+    assert 0.0 < timing["engine_slot_utilisation"] <= 1.0
+    assert timing["engine_prefix_hits"] == 3  # the second sample of each pair
+    assert 0 < timing["engine_pages_peak"] <= timing["engine_pages_pool"]
+    assert 0 < timing["engine_pages_in_use_mean"] <= timing["engine_pages_peak"]
+    assert timing["time_engine_decode_s"] > 0 and 0.0 <= timing["accelerator_idle_frac"] <= 1.0
+
+
+@pytest.mark.parametrize("engine_args", [
+    dict(num_slots=1, page_size=4, decode_steps=3),
+    dict(num_slots=6, page_size=16, decode_steps=32),
+    # A pool of 12 pages of 8 for six episodes of up to 72 tokens: preemption under tools.
+    dict(num_slots=6, page_size=8, decode_steps=8, kv_pages=12),
+])
+def test_episodes_do_not_depend_on_scheduling(model, tok, sandbox, reference, engine_args):
+    result, engine = _rollout(model, tok, sandbox, **engine_args)
+    for got, want in zip(result.episodes, reference[0].episodes):
+        assert got.response_tokens == want.response_tokens
+        assert got.loss_mask == want.loss_mask and got.finish_reason == want.finish_reason
+        np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+    if engine_args.get("kv_pages"):
+        assert result.timing["engine_preemptions"] > 0
+    assert engine.pool.in_use == 0
+
+
+def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
+    engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH - 1))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        AgentLoop(engine, tok, sandbox, ToolController(), AgentConfig(max_length=MAX_LENGTH))
+
+
+def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
+    class Broken(EveryTurnCalls):
+        def _on_event(self, row, event):
+            raise RuntimeError("grader exploded")
+
+    engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=2, page_size=8))
+    loop = Broken(engine, tok, sandbox, ToolController(mode="fixed"),
+                  AgentConfig(max_length=MAX_LENGTH))
+    with pytest.raises(RuntimeError, match="grader exploded"):
+        loop.run(_specs(tok), jax.random.key(0))
+    assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
+    # The engine is usable again.
+    ok = dataclasses.replace(loop.cfg)
+    result = EveryTurnCalls(engine, tok, sandbox, ToolController(mode="fixed"), ok).run(
+        _specs(tok)[:2], jax.random.key(0))
+    assert len(result.episodes) == 2
