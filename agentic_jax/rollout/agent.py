@@ -25,7 +25,7 @@ import concurrent.futures as cf
 import dataclasses
 import enum
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -92,6 +92,10 @@ class RolloutResult(NamedTuple):
     timing: dict[str, float]
 
 
+# Called with (row index, its episode so far, "model" | "tool" | "done") as the episode grows.
+UpdateHook = Callable[[int, Episode, str], None]
+
+
 class _TurnEvent(NamedTuple):
     cut: int            # turn tokens kept: up to the token completing the event
     code: str | None    # the closed block's code, or None for a final answer
@@ -139,13 +143,18 @@ class AgentLoop:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
     def run(self, specs: Sequence[RowSpec], rng: jax.Array, *, row_offset: int = 0,
-            total_rows: int | None = None) -> RolloutResult:
+            total_rows: int | None = None, on_update: UpdateHook | None = None
+            ) -> RolloutResult:
         """Rolls out one episode per spec.
 
         Row b samples with ``jax.random.split(rng, total_rows)[row_offset + b]``: a host that
         rolls out rows [row_offset, row_offset + len(specs)) of a larger batch draws exactly
-        what one process rolling out the whole batch would.
+        what one process rolling out the whole batch would. ``on_update(b, episode, kind)`` is
+        called as episode b grows: "model" (a turn's model tokens), "tool" (a tool output
+        appended), "done" (finished, with the last turn's tokens; ``episode.finish_reason`` set,
+        ``text`` not yet).
         """
+        self._on_update = on_update or (lambda b, episode, kind: None)
         n = len(specs)
         total_rows = n if total_rows is None else total_rows
         if row_offset < 0 or row_offset + n > total_rows:
@@ -169,6 +178,9 @@ class AgentLoop:
                         events = engine.step()
                     for event in events:
                         self._on_event(rows[event.request_id], event)
+                        self._on_update(event.request_id, rows[event.request_id].episode,
+                                        "done" if rows[event.request_id].phase is Phase.DONE
+                                        else "model")
         finally:
             for b in range(n):  # after an error, rows left in the engine free their pages
                 engine.abort(b)
@@ -280,9 +292,11 @@ class AgentLoop:
                 continue
             room = self.cfg.max_length - row.length
             row.episode.add_tool_tokens(row.output[:room])
+            self._on_update(b, row.episode, "tool")
             if len(row.output) >= room:
                 self.engine.release(b)
                 _finish(row, "length")
+                self._on_update(b, row.episode, "done")
             else:
                 self.engine.resume(b, row.output)
                 row.phase = Phase.DECODING

@@ -252,3 +252,20 @@ def test_stateful_episodes_share_a_namespace(tok, sandbox, stateful):
             assert "```output\n42\n```" in ep.text and ep.num_tool_failures == 0
         else:
             assert "NameError" in ep.text and ep.num_tool_failures == 1
+
+
+def test_updates_follow_the_episode_as_it_grows(tok, sandbox):
+    script = prompts.code_block("print(6 * 7)") + "The answer is \\boxed{42}."
+    engine = ScriptedEngine([enc(tok, script), enc(tok, "no idea" + tok.eos_token)])
+    agent = AgentLoop(engine, tok, sandbox, ToolController(timeout_ms=2000, mode="fixed"),
+                      AgentConfig(max_length=256))
+    seen = []
+    eps, _ = agent.run([RowSpec(enc(tok, "Q\n"))] * 2, jax.random.key(0),
+                       on_update=lambda b, ep, kind: seen.append(
+                           (b, kind, len(ep.response_tokens), ep.finish_reason)))
+    row0 = [s for s in seen if s[0] == 0]
+    # The final turn's tokens arrive with "done".
+    assert [k for _, k, _, _ in row0] == ["model", "tool", "done"]
+    assert [n for _, _, n, _ in row0] == sorted(n for _, _, n, _ in row0)  # only grows
+    assert row0[-1][2:] == (len(eps[0].response_tokens), "answer")
+    assert [(k, r) for b, k, _, r in seen if b == 1] == [("done", "eos")]
