@@ -118,7 +118,9 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.top_k = 0
     c.rollout.eval_temperature = 0.0  # held-out evaluations (0: greedy)
     # The rollout engine: continuous batching over a paged KV cache (agentic_jax.rollout.engine).
-    c.rollout.num_slots = 0  # decode slots (0: one per episode of a step)
+    # Decode slots (0: one per episode of a step). On 2 CPU cores 32 slots roll out the default
+    # step's 128 episodes 2.3x faster than a static batch and 1.4x faster than 128 slots.
+    c.rollout.num_slots = 32
     c.rollout.page_size = 16  # token positions per KV page
     c.rollout.kv_pages = 0  # page pool size (0: every slot at training.max_length) ...
     c.rollout.kv_cache_mb = 0.0  # ... or a budget in MiB for K and V of all layers

@@ -48,7 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")
     parser.add_argument("--stop_ids", type=int, default=4, help="longtail: stop ids")
     parser.add_argument("--vocab", type=int, default=512, help="longtail: vocabulary")
-    parser.add_argument("--slots", type=int, default=48, help="longtail: engine decode slots")
+    parser.add_argument("--slots", default="32,64",
+                        help="engine decode slots, comma-separated: one engine row each "
+                             "(longtail); the first is used by --tool_loop")
     parser.add_argument("--decode_steps", type=int, default=32,
                         help="longtail: engine decode steps per round trip")
     parser.add_argument("--kv_fraction", type=float, default=0.35,
@@ -72,13 +74,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def median_seconds(fns: list[Callable[[], Any]], repeats: int) -> list[float]:
-    """Median wall seconds of each of `fns` over `repeats` rounds, after one warm-up call each.
+def median_seconds(fns: list[Callable[[], Any]], repeats: int,
+                   warmup: bool = True) -> list[float]:
+    """Median wall seconds of each of `fns` over `repeats` rounds, after one warm-up call each
+    (unless the caller has warmed them up).
 
     The functions are timed in turns within every round, so that load from other processes on
     the machine falls on all of them alike rather than on whichever ran during a busy spell.
     """
-    for fn in fns:
+    for fn in fns if warmup else ():
         fn()
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
@@ -103,7 +107,7 @@ def hf_model(directory: str, vocab: int = 1024):
         tie_word_embeddings=True)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
-        config, dtype=torch.float32, attn_implementation="eager")
+        config, dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
     model.save_pretrained(directory)
     return model
@@ -281,7 +285,8 @@ def bench_tool_loop(args: argparse.Namespace) -> None:
                                 add_special_tokens=False) for b in range(args.batch)]
     max_length = max(len(p) for p in prompts) + 384
     agent_cfg = AgentConfig(max_length=max_length)
-    engine_cfg = EngineConfig(num_slots=min(args.slots, args.batch), max_seq_len=max_length,
+    engine_cfg = EngineConfig(num_slots=min(int(args.slots.split(",")[0]), args.batch),
+                              max_seq_len=max_length,
                               decode_steps=16)
     controller = ToolController(max_tool_calls=2, mode="fixed", timeout_ms=2000)
     # The result cache is off: every snippet really runs.
