@@ -19,6 +19,6 @@ def grading_sandbox(num_workers: int | None = None) -> Sandbox:
 def plot_sandbox(num_workers: int = 1) -> Sandbox:
     """For plots: matplotlib is imported by the warm workers (a snippet then pays no import);
     the output cap fits a base64 PNG of up to 1.5 MB."""
-    return Sandbox(SandboxConfig(timeout_ms=10_000, memory_mb=512, whitelist=PLOT_WHITELIST,
+    return Sandbox(SandboxConfig(timeout_ms=10_000, memory_mb=256, whitelist=PLOT_WHITELIST,
                                  num_workers=num_workers, max_output_bytes=2 << 20,
                                  cache_size=256))
