@@ -145,7 +145,7 @@ class _Reply:
                         last[i] = self._choice(e.response_tokens, e.loss_mask, e.finish_reason)
                         for event in self._deltas(i, last[i], sent, finished):
                             yield event
-                usage_event = from_usage(self, last)
+                usage_event = _usage_event(self, last)
                 if usage_event:
                     yield usage_event
                 break
@@ -167,7 +167,7 @@ class _Reply:
             yield _sse(chat.chunk(self.cid, model, self.created, i, {}, choice.finish_reason))
 
 
-def from_usage(reply: _Reply, last: list) -> str:
+def _usage_event(reply: _Reply, last: list) -> str:
     """The usage chunk (empty string unless the client asked for it)."""
     options = reply.request.stream_options or {}
     if not options.get("include_usage"):

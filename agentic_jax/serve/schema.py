@@ -13,10 +13,6 @@ from typing import Literal
 import pydantic
 from fastapi.responses import JSONResponse
 
-# Accepted for compatibility with OpenAI clients; they do not change what is sampled.
-IGNORED_FIELDS = ("user", "stream_options", "model")
-
-
 @dataclasses.dataclass(frozen=True)
 class ServeLimits:
     """Bounds on what one request and the whole server may ask for.
@@ -67,9 +63,10 @@ class ChatRequest(pydantic.BaseModel):
     max_completion_tokens: int | None = pydantic.Field(None, ge=1)
     stop: str | list[str] | None = None
     stream: bool = False
+    stream_options: dict | None = None  # {"include_usage": true}: a last chunk with usage
+    # Accepted for OpenAI clients; they do not change what is sampled.
     model: str | None = None
     user: str | None = None
-    stream_options: dict | None = None
 
     @pydantic.field_validator("temperature", "top_p", mode="before")
     @classmethod
