@@ -78,12 +78,17 @@ class _Stream:
 
     def on_update(self, choice: int, episode, kind: str) -> None:
         if self.follow:  # a snapshot: the worker keeps extending the episode
-            item = ("update", choice, list(episode.response_tokens), list(episode.loss_mask),
-                    episode.finish_reason if kind == "done" else None)
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            self._put(("update", choice, list(episode.response_tokens), list(episode.loss_mask),
+                       episode.finish_reason if kind == "done" else None))
 
     def on_finish(self, episodes, error) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, ("finish", episodes, error))
+        self._put(("finish", episodes, error))
+
+    def _put(self, item: tuple) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop has stopped: nobody waits for this reply
+            pass
 
 
 class _Reply:

@@ -135,6 +135,8 @@ class BatchWorker:
             while (sum(j.n for j in self._pending) < self.limits.max_batch_rows
                    and (left := deadline - time.monotonic()) > 0 and not self._closed):
                 self._cond.wait(left)
+            if self._closed:
+                return None
             key = _batch_key(self._pending[0])
             batch, rest, rows = [], collections.deque(), 0
             for job in self._pending:

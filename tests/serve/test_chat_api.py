@@ -3,6 +3,7 @@ bad input."""
 
 import concurrent.futures as cf
 import json
+import time
 
 import httpx
 import pytest
@@ -118,3 +119,18 @@ def test_malformed_and_oversized_bodies(server):
     big = b" " * (service.limits.max_body_bytes + 1)
     assert httpx.post(f"{url}/v1/chat/completions", content=big, timeout=30).status_code == 413
     assert httpx.get(f"{url}/v2/nothing").json()["error"]["type"] == "not_found_error"
+
+
+def test_a_full_queue_is_429_and_a_late_reply_is_504(tiny_policy):
+    # The worker holds the first request for 1.5 s waiting for others to join its batch: the
+    # queue (one place) is full meanwhile, and the first request's 0.5 s budget runs out.
+    limits = ServeLimits(max_queue=1, batch_wait_ms=1500, request_timeout_s=0.5)
+    with live_server(tiny_policy, limits) as (url, _):
+        request = {"messages": MESSAGES, "max_tokens": 4}
+        with cf.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(_post, url, request)
+            time.sleep(0.2)
+            second = _post(url, request)
+            first = first.result()
+    assert second.status_code == 429 and second.json()["error"]["type"] == "rate_limit_error"
+    assert first.status_code == 504 and first.json()["error"]["type"] == "timeout_error"
