@@ -16,14 +16,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import sympy
 
 from agentic_jax.reward import grade_answer
+from agentic_jax.reward.compare import canonical
 from agentic_jax.reward.grader import interpret
 from agentic_jax.reward.normalize import normalize
-from agentic_jax.reward.compare import canonical
 from agentic_jax.reward.values import Relation, Scalar, Seq, Text, Value
 
 MAX_STEPS = 200

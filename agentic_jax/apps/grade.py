@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow, read_homework, write_results_csv
 from agentic_jax.reward import extract_answer, grade_answer

@@ -6,7 +6,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow
 

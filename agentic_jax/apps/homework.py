@@ -13,7 +13,7 @@ import dataclasses
 import io
 import json
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 MAX_ROWS = 10_000
 MAX_FIELD_CHARS = 20_000

@@ -20,7 +20,8 @@ import base64
 import dataclasses
 import math
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import sympy
 from sympy.printing.numpy import NumPyPrinter
@@ -125,8 +126,8 @@ def plot_program(curves: Sequence[Curve], axes: tuple[str, str], xmin: float, xm
         "import matplotlib", "matplotlib.use('Agg')", "import matplotlib.pyplot as plt",
         "import numpy", "import io", "import base64",
         f"x0 = numpy.linspace({xmin!r}, {xmax!r}, 801)",
-        f"g0, x1 = numpy.meshgrid(numpy.linspace({xmin!r}, {xmax!r}, 301), "
-        f"numpy.linspace({xmin!r}, {xmax!r}, 301))",
+        (f"g0, x1 = numpy.meshgrid(numpy.linspace({xmin!r}, {xmax!r}, 301), "
+        f"numpy.linspace({xmin!r}, {xmax!r}, 301))"),
         "fig, ax = plt.subplots(figsize=(6, 4.5), dpi=100)", "shown = []",
         "numpy.seterr(all='ignore')",
     ]
@@ -147,8 +148,8 @@ def plot_program(curves: Sequence[Curve], axes: tuple[str, str], xmin: float, xm
                              f" colors=['C{i}'], alpha=0.35)")
             lines.append(f"ax.plot([], [], color='C{i}', label={label})")
     lines += [
-        "finite = numpy.concatenate([s[numpy.isfinite(s)] for s in shown]) if shown "
-        "else numpy.array([])",
+        ("finite = numpy.concatenate([s[numpy.isfinite(s)] for s in shown]) if shown "
+        "else numpy.array([])"),
         "if finite.size:",
         "    lo, hi = numpy.percentile(finite, [2, 98])",
         "    pad = (hi - lo) * 0.1 or 1.0",

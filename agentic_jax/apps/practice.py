@@ -21,7 +21,8 @@ import json
 import os
 import random
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from agentic_jax.data import Problem, generate_curriculum
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig

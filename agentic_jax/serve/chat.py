@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agentic_jax.data import format_prompt
 from agentic_jax.data.prompts import TOOL_INSTRUCTION
@@ -65,7 +66,7 @@ def choice_text(tokens: Sequence[int], loss_mask: Sequence[int], decode: Decode,
     text = decode(kept)
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     model = int(sum(loss_mask[:len(kept)]))
-    counts = dict(model_tokens=model, tool_tokens=len(kept) - model)
+    counts = {"model_tokens": model, "tool_tokens": len(kept) - model}
     if cut >= 0:
         return ChoiceText(text[:cut], "stop", **counts)
     if len(tokens) >= max_new_tokens and (len(tokens) > max_new_tokens

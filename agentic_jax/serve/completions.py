@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pydantic
 from fastapi import Request
@@ -14,8 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import chat
-from agentic_jax.serve.schema import (
-    ChatRequest, RequestError, check_limits, validation_message)
+from agentic_jax.serve.schema import ChatRequest, RequestError, check_limits, validation_message
 from agentic_jax.serve.worker import Job, QueueFull
 
 
@@ -106,7 +106,7 @@ class _Reply:
         left = self.deadline - time.monotonic()
         try:
             return await asyncio.wait_for(stream.queue.get(), timeout=max(left, 0.001))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise RequestError(504, f"no reply within {self.service.limits.request_timeout_s}"
                                " s", kind="timeout_error") from None
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import ml_collections
 

@@ -13,6 +13,7 @@ from typing import Literal
 import pydantic
 from fastapi.responses import JSONResponse
 
+
 @dataclasses.dataclass(frozen=True)
 class ServeLimits:
     """Bounds on what one request and the whole server may ask for.

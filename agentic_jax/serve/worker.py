@@ -18,7 +18,8 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 
@@ -168,7 +169,7 @@ class BatchWorker:
         try:
             result = agent.run([RowSpec(list(j.prompt)) for j, _ in owners], rng,
                                on_update=hook)
-        except Exception as err:  # noqa: BLE001 - one bad batch must not stop the server
+        except Exception as err:  # one bad batch must not stop the server
             logger.exception("rollout of %d requests failed", len(batch))
             for job in batch:
                 job.on_finish(None, err)

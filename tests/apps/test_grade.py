@@ -117,7 +117,8 @@ def test_the_command_writes_csv(tmp_path, capsys):
                            {"question": "q", "answer": "2", "student_answer": "5"}]) + "\nbad\n")
     out = tmp_path / "graded.csv"
     assert grade.main([f"--input={src}", f"--out={out}"]) == 0
-    rows = list(csv.DictReader(open(out)))
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
     assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error"]
     assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
     assert "no such file" in capsys.readouterr().err

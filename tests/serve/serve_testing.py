@@ -7,7 +7,7 @@ import time
 
 import uvicorn
 
-from agentic_jax.serve import Service, ServeLimits, create_app
+from agentic_jax.serve import ServeLimits, Service, create_app
 
 
 @contextlib.contextmanager

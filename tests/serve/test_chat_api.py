@@ -81,7 +81,7 @@ def test_stop_string_cuts_the_reply(server):
 
 def test_concurrent_requests_share_one_batch(tiny_policy):
     limits = ServeLimits(max_batch_rows=4, max_tokens=16, batch_wait_ms=3000)
-    with live_server(tiny_policy, limits) as (url, service):
+    with live_server(tiny_policy, limits) as (url, _service):
         request = {"messages": MESSAGES, "max_tokens": 8}
         with cf.ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(lambda _: _post(url, request), range(4)))
