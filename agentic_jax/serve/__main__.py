@@ -18,9 +18,13 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+# The default config of a source checkout, so that `--config.model.path=...` alone works.
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "configs", "math_ppo.py")
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "A config file (with --workdir: fields the run's config.json lacks).",
-    lock_config=True)
+    "config", _DEFAULT_CONFIG if os.path.exists(_DEFAULT_CONFIG) else None,
+    "A config file (default: configs/math_ppo.py; with --workdir: fields the run's "
+    "config.json lacks).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "A run directory whose newest checkpoint "
                                "is served.")
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind.")
