@@ -1,0 +1,165 @@
+r"""Homework grading: each row's answer by the grader, the reference tests in the sandbox, the
+student's code in the sandbox with its error diagnosed, and a correction hint from the policy.
+
+    python -m agentic_jax.apps.grade --input=homework.csv --out=graded.csv [--workdir=RUN]
+
+Without ``--workdir`` no hints are written (the grader and the sandbox need no model). A row
+that cannot be graded gets verdict "error" and its reason; the command never stops at a row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentic_jax.apps.homework import HomeworkRow, read_homework, write_results_csv
+from agentic_jax.reward import extract_answer, grade_answer
+
+HintFn = Callable[[Sequence["GradedRow"], Sequence[HomeworkRow]], list[str]]
+_LINE = re.compile(r"\(line (\d+)\)")
+
+
+@dataclasses.dataclass
+class GradedRow:
+    """One row's result (a CSV row of the output, in this field order).
+
+    verdict: "correct", "incorrect" or "error" (the row could not be graded: ``error`` says
+      why, e.g. a missing column or a broken CSV line).
+    answer: the answer graded (the student's final answer, else their code's last line).
+    reference_match: the grader's equivalence with the reference answer ("" without one).
+    tests: "passed" / "failed" ("" without tests); failing_check: the test line that rejected it.
+    code_*: the student's code run in the sandbox: ok, its last printed line, the error class
+      and the taxonomy's diagnosis with the line it happened on.
+    """
+
+    row: int
+    verdict: str = "error"
+    answer: str = ""
+    reference_match: str = ""
+    tests: str = ""
+    failing_check: str = ""
+    code_ok: str = ""
+    code_output: str = ""
+    code_error: str = ""
+    code_diagnosis: str = ""
+    hint: str = ""
+    error: str = ""
+
+
+def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None = None,
+               progress: Callable[[int, int], None] | None = None) -> list[GradedRow]:
+    """Grades every row; student code and reference tests run as two sandbox batches.
+
+    ``sandbox``: an `agentic_jax.sandbox.Sandbox` (``run_batch``). ``hint_fn`` (optional) gets
+    the incorrect rows and returns one hint each, in one call so that a policy writes them in
+    batches.
+    """
+    out = [GradedRow(r.index, error=r.error) for r in rows]
+    usable = [i for i, r in enumerate(rows) if not r.error]
+    with_code = [i for i in usable if rows[i].student_code.strip()]
+    for i, result in zip(with_code, sandbox.run_batch([rows[i].student_code for i in with_code])):
+        _code_result(out[i], rows[i].student_code, result)
+    for done, i in enumerate(usable, 1):
+        out[i].answer = _answer(rows[i], out[i])
+        if rows[i].reference_answer.strip():
+            out[i].reference_match = str(grade_answer(out[i].answer, rows[i].reference_answer))
+        if progress:
+            progress(done, len(usable))
+    with_tests = [i for i in usable if rows[i].tests.strip() and out[i].answer]
+    codes = [f"ANSWER = {out[i].answer!r}\n{rows[i].tests}" for i in with_tests]
+    for i, result in zip(with_tests, sandbox.run_batch(codes)):
+        out[i].tests = "passed" if result.ok else "failed"
+        if not result.ok:
+            out[i].failing_check = _failing_line(rows[i].tests, result.message, offset=1)
+    for i in usable:
+        _verdict(out[i], rows[i])
+    wrong = [i for i in usable if out[i].verdict == "incorrect"]
+    if hint_fn is not None and wrong:
+        for i, hint in zip(wrong, hint_fn([out[i] for i in wrong], [rows[i] for i in wrong])):
+            out[i].hint = hint
+    return out
+
+
+def _code_result(out: GradedRow, code: str, result: Any) -> None:
+    out.code_ok = str(result.ok)
+    lines = [line for line in result.stdout.strip().splitlines() if line.strip()]
+    out.code_output = lines[-1].strip() if lines else ""
+    if not result.ok:
+        out.code_error = result.error or ""
+        where = _failing_line(code, result.message, offset=0)
+        out.code_diagnosis = result.message + (f" | at: {where}" if where else "")
+
+
+def _answer(row: HomeworkRow, out: GradedRow) -> str:
+    """The student's final answer: from their text (boxed or "answer is"), else the whole
+    short text, else their code's last printed line."""
+    text = row.student_answer.strip()
+    if text:
+        return extract_answer(text) or text
+    return out.code_output
+
+
+def _verdict(out: GradedRow, row: HomeworkRow) -> None:
+    """Correct when every available check passed; no answer at all (the code failed or printed
+    nothing) is incorrect, with the code's diagnosis."""
+    if not out.answer:
+        out.verdict = "incorrect"
+        out.code_diagnosis = out.code_diagnosis or "the code printed nothing"
+        return
+    checks = [c for c in (out.reference_match, out.tests) if c]
+    out.verdict = "correct" if all(c in ("True", "passed") for c in checks) else "incorrect"
+
+
+def _failing_line(source: str, message: str, offset: int) -> str:
+    """The source line an error message names ("... (line N)"), N counted in a program that
+    ran ``offset`` lines before ``source``."""
+    found = _LINE.findall(message or "")
+    if not found:
+        return ""
+    number = int(found[-1]) - offset
+    lines = source.splitlines()
+    return lines[number - 1].strip() if 1 <= number <= len(lines) else ""
+
+
+def summary(results: Sequence[GradedRow]) -> dict[str, int]:
+    counts = {"rows": len(results), "correct": 0, "incorrect": 0, "error": 0}
+    for r in results:
+        counts[r.verdict] += 1
+    return counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m agentic_jax.apps.grade",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True, help="homework rows: FILE.csv or FILE.jsonl")
+    parser.add_argument("--out", required=True, help="graded rows: FILE.csv")
+    parser.add_argument("--workdir", default=None, help="a run whose policy writes the hints")
+    parser.add_argument("--hint_tokens", type=int, default=96, help="tokens per hint")
+    args = parser.parse_args(argv)
+    try:
+        rows = read_homework(args.input)
+    except ValueError as err:
+        print(f"error: --input: {err}", file=sys.stderr)
+        return 2
+    from agentic_jax.apps.hints import hint_session
+    from agentic_jax.apps.sandboxes import grading_sandbox
+
+    with grading_sandbox() as sandbox, hint_session(args.workdir, args.hint_tokens) as hints:
+        results = grade_rows(rows, sandbox, hints, progress=_progress)
+    write_results_csv([dataclasses.asdict(r) for r in results], args.out)
+    print(f"\n{summary(results)} -> {args.out}")
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    if done == total or done % 100 == 0:
+        print(f"\rgraded {done}/{total}", end="", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

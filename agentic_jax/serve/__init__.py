@@ -1,0 +1,13 @@
+"""Serving a policy: an OpenAI-compatible chat API whose replies run the tool loop, the tools'
+JSON routes and a web page, on one worker thread that batches concurrent requests.
+
+    from agentic_jax.serve import Service, ServeLimits, create_app
+"""
+
+from agentic_jax.serve.app import Service, create_app
+from agentic_jax.serve.loading import LoadedPolicy, load_policy
+from agentic_jax.serve.schema import ChatRequest, ServeLimits
+from agentic_jax.serve.worker import BatchWorker, Job, QueueFull
+
+__all__ = ["BatchWorker", "ChatRequest", "Job", "LoadedPolicy", "QueueFull", "ServeLimits",
+           "Service", "create_app", "load_policy"]

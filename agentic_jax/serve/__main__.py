@@ -1,0 +1,76 @@
+r"""Serves a policy with its tool loop: an OpenAI-compatible API and the tools' web page.
+
+    python -m agentic_jax.serve --workdir=RUN [--port=8000] [--host=127.0.0.1]
+    python -m agentic_jax.serve --config=configs/math_ppo.py --config.model.path=HF_DIR
+
+Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``,
+``POST /v1/chat/completions`` and the tools' ``/api/*``. Bound to loopback unless ``--host``
+says otherwise: the sandbox runs code that clients' prompts lead the policy to write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+# The default config of a source checkout, so that `--config.model.path=...` alone works.
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "configs", "math_ppo.py")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", _DEFAULT_CONFIG if os.path.exists(_DEFAULT_CONFIG) else None,
+    "A config file (default: configs/math_ppo.py; with --workdir: fields the run's "
+    "config.json lacks).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "A run directory whose newest checkpoint "
+                               "is served.")
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind.")
+_PORT = flags.DEFINE_integer("port", 8000, "Port to bind.")
+_MAX_BATCH = flags.DEFINE_integer("max_batch_rows", 32, "Episodes per engine batch.")
+_MAX_QUEUE = flags.DEFINE_integer("max_queue", 64, "Queued requests before 429.")
+_MAX_TOKENS = flags.DEFINE_integer("max_tokens", 4096, "Largest max_tokens a request may ask.")
+_MAX_N = flags.DEFINE_integer("max_n", 8, "Largest n a request may ask.")
+_TIMEOUT = flags.DEFINE_float("request_timeout_s", 300.0, "A request's wait for its reply.")
+_BATCH_WAIT = flags.DEFINE_integer("batch_wait_ms", 20, "Wait after a first request for "
+                                   "others to share its batch.")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed of the first batch (later ones fold "
+                             "in their index).")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
+        return 2
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.basicConfig(level=logging.INFO)
+    import uvicorn
+
+    from agentic_jax.serve.app import Service, create_app
+    from agentic_jax.serve.loading import load_policy
+    from agentic_jax.serve.schema import ServeLimits
+
+    overrides = config_flags.get_override_values(flags.FLAGS["config"]) if _CONFIG.value else {}
+    try:
+        limits = ServeLimits(max_n=_MAX_N.value, max_tokens=_MAX_TOKENS.value,
+                             max_batch_rows=_MAX_BATCH.value, max_queue=_MAX_QUEUE.value,
+                             request_timeout_s=_TIMEOUT.value, batch_wait_ms=_BATCH_WAIT.value)
+        loaded = load_policy(_CONFIG.value, _WORKDIR.value, overrides)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    service = Service.start(loaded.policy, limits, model_name=loaded.name, seed=_SEED.value)
+    try:
+        print(f"serving {loaded.name} on http://{_HOST.value}:{_PORT.value}/ (pid {os.getpid()})",
+              flush=True)
+        uvicorn.run(create_app(service), host=_HOST.value, port=_PORT.value,
+                    log_level="warning")
+    finally:
+        service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(lambda argv: sys.exit(main(argv)))

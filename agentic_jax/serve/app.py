@@ -1,0 +1,97 @@
+"""The FastAPI application: OpenAI-compatible routes, the tools' JSON routes and the web page.
+
+    service = Service.start(policy, ServeLimits(), model_name="run-1")
+    app = create_app(service)     # uvicorn.run(app, host="127.0.0.1", port=8000)
+    ...
+    service.close()               # the worker thread, then the sandboxes
+
+Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+from starlette.exceptions import HTTPException
+
+from agentic_jax.serve import completions, tools_api
+from agentic_jax.serve.schema import RequestError, ServeLimits, error_response
+from agentic_jax.serve.worker import BatchWorker
+
+PAGE = pathlib.Path(__file__).with_name("static") / "index.html"
+
+
+@dataclasses.dataclass
+class Service:
+    """What the routes share: the policy, its worker thread and the tools' resources."""
+
+    policy: Any
+    worker: BatchWorker
+    limits: ServeLimits
+    model_name: str
+    tools: tools_api.ToolResources
+    started: float = dataclasses.field(default_factory=time.time)
+
+    @classmethod
+    def start(cls, policy: Any, limits: ServeLimits, *, model_name: str = "agentic_jax",
+              seed: int = 0) -> Service:
+        worker = BatchWorker(policy, limits, seed=seed)
+        return cls(policy=policy, worker=worker, limits=limits, model_name=model_name,
+                   tools=tools_api.ToolResources(policy, worker, seed=seed))
+
+    def decode(self, tokens) -> str:
+        return self.policy.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.tools.close()
+
+
+def create_app(service: Service) -> FastAPI:
+    app = FastAPI(title="agentic_jax", docs_url=None, redoc_url=None)
+    app.state.service = service
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, err: RequestError):
+        return error_response(err.status, str(err), err.param, err.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, err: RequestValidationError):
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"][1:]) or None
+        return error_response(400, f"{loc}: {first['msg']}", loc)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, err: HTTPException):
+        kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+        return error_response(err.status_code, f"{request.url.path}: {err.detail}", kind=kind)
+
+    @app.get("/health")
+    async def health():
+        w = service.worker
+        return {"status": "ok", "model": service.model_name, "queued": w.queued,
+                "max_length": w.max_length, "uptime_s": round(time.time() - service.started, 1),
+                "batches": w.stats.as_dict()}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": service.model_name, "object": "model",
+                                             "created": int(service.started),
+                                             "owned_by": "agentic_jax"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await completions.chat_completions(service, request)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page():
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    tools_api.add_routes(app, service)
+    return app

@@ -1,0 +1,55 @@
+"""The policy a command serves: a run's newest checkpoint, or a config's model as built (a
+Hugging Face directory with ``--config.model.path``, or the preset's initialisation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import ml_collections
+
+
+class LoadedPolicy(NamedTuple):
+    """``policy`` (published, an `agentic_jax.rl.builders.Policy`), the checkpoint ``step``
+    (None when the weights are not from a run) and a ``name`` for /v1/models."""
+
+    policy: Any
+    step: int | None
+    name: str
+
+
+def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
+                overrides: Mapping[str, Any] | None = None) -> LoadedPolicy:
+    """With ``workdir``: its recorded config (``overrides`` on top) and newest checkpoint
+    (FileNotFoundError when it has none). Without: ``config`` as given, weights as built."""
+    from agentic_jax.rl import rundir
+    from agentic_jax.rl.builders import build_policy, publish
+    from agentic_jax.rl.config import read_config
+    from agentic_jax.rl.state import restore_params
+
+    if not workdir:
+        if config is None:
+            raise ValueError("--workdir or --config: expected a run directory or a config")
+        cfg = _inference_config(read_config(config))
+        policy, _ = build_policy(cfg)
+        return LoadedPolicy(policy, None, os.path.basename(cfg.model.path.rstrip("/"))
+                            if cfg.model.path else cfg.model.preset)
+    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+        raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to serve")
+    config = rundir.with_record(config, workdir, overrides or {})
+    rundir.check_same_model(config, workdir)
+    policy, params = build_policy(_inference_config(read_config(config)))
+    try:
+        params, step = restore_params(workdir, params, policy.state_shardings)
+    except FileNotFoundError:
+        policy.close()
+        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
+    publish(policy, params)
+    return LoadedPolicy(policy, step, f"{os.path.basename(os.path.abspath(workdir))}@{step}")
+
+
+def _inference_config(cfg: Any) -> Any:
+    """The run's settings without its periodic held-out evaluation (never run here)."""
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0))

@@ -1,0 +1,50 @@
+"""Derivation checking: right steps pass, the first wrong one is marked with its reason."""
+
+import pytest
+
+from agentic_jax.apps import derivation
+from agentic_jax.apps.derivation import check_derivation
+
+
+def _statuses(text):
+    return [s.status for s in check_derivation(text).steps]
+
+
+def test_a_correct_expression_chain_in_latex():
+    text = ("\\begin{align}\n(x+1)^2 &= (x+1)(x+1) \\\\\n&= x^2 + 2x + 1 \\\\\n"
+            "&= \\frac{2x^2 + 4x + 2}{2}\n\\end{align}")
+    result = check_derivation(text)
+    assert result.ok and _statuses(text) == ["start", "valid", "valid"]
+
+
+def test_the_first_wrong_step_is_marked_with_a_point_where_it_differs():
+    result = check_derivation("(a+b)^2\n= a^2 + 2ab + b^2\n= a^2 + b^2\n= b^2 + a^2")
+    assert [s.status for s in result.steps] == ["start", "valid", "invalid", "valid"]
+    assert result.first_invalid == 2 and result.steps[2].line == 3
+    assert "not equal to the previous step" in result.steps[2].reason
+    assert "at a = 7/3, b = -5/2" in result.steps[2].reason
+
+
+def test_equation_steps_keep_their_solutions():
+    assert check_derivation("2x + 3 = 7\n2x = 4\nx = 2").ok
+    assert check_derivation("x^2 - 5x + 6 = 0\n(x - 2)(x - 3) = 0\nx = 2, x = 3").ok
+    lost = check_derivation("x^2 = 4\nx = 2")
+    assert lost.first_invalid == 1
+    assert lost.steps[1].reason.startswith("solutions {2} differ from the previous step's {-2, 2}")
+
+
+def test_unparsable_and_hostile_steps_are_invalid_not_run():
+    result = check_derivation("x + 1\n__import__('os').system('echo hi')\n= x + 1")
+    assert result.steps[1].status == "invalid" and "parse" in result.steps[1].reason
+    with pytest.raises(ValueError, match="at least one"):
+        check_derivation("\n  \n")
+
+
+def test_the_command(tmp_path, capsys):
+    good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text("(x+1)^2\n= x^2 + 2x + 1\n")
+    bad.write_text("(x+1)^2\n= x^2 + 1\n")
+    assert derivation.main([str(good)]) == 0
+    assert derivation.main([str(bad)]) == 1
+    assert "[first invalid step]" in capsys.readouterr().out
+    assert derivation.main([str(tmp_path / "none.txt")]) == 2

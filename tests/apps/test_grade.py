@@ -1,0 +1,124 @@
+"""Homework grading: verdicts by the grader, failing reference checks, diagnosed student code,
+broken rows reported per row, a 1,000-row file, and the command."""
+
+import csv
+import json
+import random
+
+import pytest
+
+from agentic_jax.apps import grade
+from agentic_jax.apps.homework import parse_homework, read_homework
+from agentic_jax.apps.sandboxes import grading_sandbox
+from agentic_jax.data import generate_curriculum
+
+TESTS_2 = "assert float(ANSWER) == 2, 'expected 2'\n"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with grading_sandbox(num_workers=1) as sb:
+        yield sb
+
+
+def _jsonl(records):
+    return "\n".join(json.dumps(r) for r in records)
+
+
+def test_verdicts_checks_and_diagnosis(sandbox):
+    rows = parse_homework(_jsonl([
+        {"question": "1+1?", "reference_answer": "2", "student_answer": "so \\boxed{2}"},
+        {"question": "1+1?", "reference_answer": "2", "student_answer": "The answer is 3"},
+        {"question": "x?", "tests": TESTS_2, "student_answer": "5"},
+        {"question": "x?", "tests": TESTS_2, "student_code": "print(4 // 2)"},
+        {"question": "x?", "reference_answer": "1/2", "student_code": "x = 1 / 0\nprint(x)"},
+        {"question": "x?", "reference_answer": "0.5", "student_answer": "\\frac{1}{2}"},
+    ]), "jsonl")
+    calls = []
+
+    def hints(graded, rows_):
+        calls.append([g.row for g in graded])
+        return [f"hint {g.row}" for g in graded]
+
+    out = grade.grade_rows(rows, sandbox, hints)
+    assert [r.verdict for r in out] == ["correct", "incorrect", "incorrect", "correct",
+                                       "incorrect", "correct"]
+    assert out[1].answer == "3" and out[1].reference_match == "False"
+    assert out[2].tests == "failed"
+    assert out[2].failing_check == "assert float(ANSWER) == 2, 'expected 2'"
+    assert out[3].tests == "passed" and out[3].answer == "2" and out[3].code_ok == "True"
+    assert out[4].code_error == "ZeroDivisionError" and "x = 1 / 0" in out[4].code_diagnosis
+    assert out[4].answer == "" and not out[4].error
+    assert calls == [[2, 3, 5]] and out[1].hint == "hint 2" and out[0].hint == ""
+
+
+def test_broken_rows_get_a_reason_each():
+    text = ("question,reference_answer,student_answer\n"
+            "q1,2,2\n"
+            "q2,,3\n"
+            "q3,1,\n"
+            "q4,1,1,extra\n")
+    rows = parse_homework(text, "csv")
+    assert [bool(r.error) for r in rows] == [False, True, True, True]
+    assert "reference_answer or tests" in rows[1].error
+    assert "student_answer or student_code" in rows[2].error
+    assert "4 values for 3 columns" in rows[3].error
+    bad = parse_homework('{"student_answer": 1, "answer": 1}\nnot json\n[1]\n'
+                         '{"answer": "1", "student_answer": {"a": 1}}', "jsonl")
+    assert not bad[0].error and "not a JSON line" in bad[1].error
+    assert "expected a JSON object" in bad[2].error and "expected text" in bad[3].error
+    with pytest.raises(ValueError, match="student_answer or student_code column"):
+        parse_homework("question,answer\nq,1\n", "csv")
+    with pytest.raises(ValueError, match=".csv or .jsonl"):
+        parse_homework("", "xlsx")
+
+
+def _homework_file(path, n=1000):
+    """n rows from the curriculum: right, wrong and rephrased answers, some tests, some code
+    and some broken rows."""
+    problems = generate_curriculum(seed=0, sizes={"arithmetic": 300, "algebra": 200})
+    rng = random.Random(0)
+    expected = []
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["question", "reference_answer", "tests", "student_answer", "student_code"])
+        for i in range(n):
+            p = problems[i % len(problems)]
+            kind = rng.random()
+            if i % 50 == 7:
+                w.writerow([p.question, "", "", "", ""])
+                expected.append("error")
+            elif kind < 0.5:
+                w.writerow([p.question, p.answer, "", f"\\boxed{{{p.answer}}}", ""])
+                expected.append("correct")
+            elif kind < 0.9:
+                w.writerow([p.question, p.answer, "", f"The answer is {p.answer}1", ""])
+                expected.append("incorrect")
+            else:
+                tests = p.tests if i % 100 < 5 else ""
+                w.writerow([p.question, p.answer, tests, "", f"print({p.answer!r})"])
+                expected.append("correct")
+    return expected
+
+
+def test_a_thousand_row_file(tmp_path, sandbox):
+    path = tmp_path / "homework.csv"
+    expected = _homework_file(path)
+    rows = read_homework(str(path))
+    assert len(rows) == 1000
+    out = grade.grade_rows(rows, sandbox)
+    assert [r.verdict for r in out] == expected
+    assert grade.summary(out)["rows"] == 1000
+
+
+def test_the_command_writes_csv(tmp_path, capsys):
+    src = tmp_path / "hw.jsonl"
+    src.write_text(_jsonl([{"question": "q", "answer": "2", "student_answer": "2"},
+                           {"question": "q", "answer": "2", "student_answer": "5"}]) + "\nbad\n")
+    out = tmp_path / "graded.csv"
+    assert grade.main([f"--input={src}", f"--out={out}"]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error"]
+    assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
+    assert "no such file" in capsys.readouterr().err
