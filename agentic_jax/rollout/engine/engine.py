@@ -32,6 +32,10 @@ def _key_data(key: Any) -> np.ndarray:
     return data
 
 
+# The smallest decode batch: fewer rows save little and would add compilations.
+_MIN_ROWS = 8
+
+
 def _bucket(n: int, cap: int) -> int:
     """The next power of two >= n (at least 1), capped at ``cap``."""
     return min(cap, 1 << max(0, n - 1).bit_length())
@@ -170,8 +174,8 @@ class Engine:
             prefilled, budget = True, budget - written
         decoded = self._run_decode()
         if not (prefilled or decoded) and self._any_holder_active():
-            # Slotted sequences wait for pages that others hold: free the newest holder's.
-            victim = self._newest(lambda s: s.state != WAITING)
+            # Slotted sequences wait for pages that others hold (a fork's copy page).
+            victim = self._victim()
             if victim is not None:
                 self._preempt(victim)
         events, self._events = self._events, []
@@ -222,7 +226,7 @@ class Engine:
             return
         # Nothing decodes and the queue head does not fit: the pages are held by paused
         # sequences and by queued ones that kept theirs (resumed after a tool call).
-        victim = self._newest(lambda s: s.state in (PAUSED, WAITING) and bool(s.pages))
+        victim = self._victim()
         if victim is None:
             raise RuntimeError("rollout engine: the page pool cannot admit any request")
         self._preempt(victim)
@@ -330,6 +334,9 @@ class Engine:
 
     def _run_prefill(self) -> int:
         """One chunk for up to prefill_rows contexts; returns the tokens written (0: none)."""
+        for seq in self.slots:  # a fork that found no page for its copy tries again
+            if seq is not None and seq.state == PREFILL and seq.prefix is not None:
+                self._start_if_ready(seq)
         self._flush_copies()
         jobs = self._prefill_jobs()
         if not jobs:
@@ -387,7 +394,7 @@ class Engine:
                 if pages is not None:
                     seq.pages.extend(pages)
                     break
-                victim = self._newest(lambda s: bool(s.pages))
+                victim = self._victim(spare=seq)
                 if victim is None:
                     raise RuntimeError("rollout engine: shared prompt prefixes fill the page "
                                        "pool; raise rollout.kv_pages")
@@ -403,14 +410,17 @@ class Engine:
         if not running:
             return False
         t0 = time.perf_counter()
-        cfg, n = self.cfg, self.cfg.num_slots
+        cfg = self.cfg
+        # The running slots are packed into the first rows of a power-of-two batch (at least
+        # _MIN_ROWS): when the tail of a rollout leaves few slots running, a step costs what
+        # they need, not what num_slots would. Rows carry no state between round trips.
+        n = max(min(_MIN_ROWS, cfg.num_slots), _bucket(len(running), cfg.num_slots))
         tables = np.zeros((n, self.max_pages), np.int32)
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
         live = np.zeros(n, bool)
         keys = np.zeros((n,) + running[0].key_data.shape, np.uint32)
         stops = np.full((n, self._stop_width), -1, np.int32)
-        for seq in running:
-            i = seq.slot
+        for i, seq in enumerate(running):
             tables[i, :len(seq.pages)] = seq.pages
             last[i], length[i], budget[i], live[i] = seq.tokens[-1], seq.length, seq.budget, True
             keys[i] = seq.key_data
@@ -419,7 +429,7 @@ class Engine:
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
         out = pm.decode_jit(
-            self.graphdef, self.params, self.kv, slots, tables, self._pairs(running),
+            self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
             jnp.float32(cfg.sampling.temperature), jnp.float32(cfg.sampling.top_p),
             jnp.int32(return_after), num_steps=cfg.decode_steps, top_k=cfg.sampling.top_k,
             use_filter=cfg.sampling.use_filter, attention_impl=self.decode_impl)
@@ -427,10 +437,11 @@ class Engine:
         toks, lps, vals, count, stopped, steps = jax.device_get(
             (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
         self.stats.decode_calls += 1
-        self.stats.slot_steps += int(steps) * n
+        self.stats.slot_steps += int(steps) * cfg.num_slots
+        self.stats.row_steps += int(steps) * n
         self.stats.token_steps += int(count.sum())
-        for seq in running:
-            i, k = seq.slot, int(count[seq.slot])
+        for i, seq in enumerate(running):
+            k = int(count[i])
             # A pause token also stops the slot on the device; only stop tokens finish it.
             finished = (bool(stopped[i]) and k > 0
                         and int(toks[i, k - 1]) in seq.request.stop_tokens)
@@ -438,17 +449,17 @@ class Engine:
         self.stats.decode_s += time.perf_counter() - t0
         return True
 
-    def _pairs(self, running: list[Seq]) -> PagePairs:
-        """(slot, page, first position) for every page of the running slots, padded to a power
-        of two (>= 64) so that few shapes compile."""
+    def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
+        """(row, page, first position) for every page of the running sequences (row i is
+        running[i]), padded to a power of two (>= 64) so that few shapes compile."""
         total = sum(len(s.pages) for s in running)
         m = max(64, _bucket(total, 1 << 30))
-        rows = np.full(m, self.cfg.num_slots, np.int32)
+        rows = np.full(m, rows_in_batch, np.int32)
         pages, starts = np.zeros(m, np.int32), np.zeros(m, np.int32)
         at = 0
-        for seq in running:
+        for i, seq in enumerate(running):
             k = len(seq.pages)
-            rows[at:at + k], pages[at:at + k] = seq.slot, seq.pages
+            rows[at:at + k], pages[at:at + k] = i, seq.pages
             starts[at:at + k] = np.arange(k) * self.cfg.page_size
             at += k
         return PagePairs(rows, pages, starts)
@@ -503,8 +514,16 @@ class Engine:
         del self.seqs[seq.request.request_id]
         self.stats.pages_in_use = self.pool.in_use
 
-    def _newest(self, where) -> Seq | None:
-        candidates = [s for s in self.seqs.values() if where(s)]
+    def _victim(self, spare: Seq | None = None) -> Seq | None:
+        """Whose pages to free when the pool is short: the newest idle holder (paused, or
+        queued with the pages it kept), else the newest holder in a slot other than ``spare``,
+        else ``spare``. Idle holders go first and the oldest slotted sequence last, so the
+        oldest running sequence always gets its pages (the pool holds one whole sequence) and
+        the engine cannot cycle between preempting a sequence and admitting it again."""
+        holders = [s for s in self.seqs.values() if s.pages]
+        idle = [s for s in holders if s.state in (PAUSED, WAITING)]
+        others = [s for s in holders if s is not spare]
+        candidates = idle or others or [s for s in holders if s is spare]
         return max(candidates, key=lambda s: s.order) if candidates else None
 
     def _preempt(self, seq: Seq) -> None:

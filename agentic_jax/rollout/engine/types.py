@@ -107,11 +107,13 @@ class Event(NamedTuple):
 
 @dataclasses.dataclass
 class EngineStats:
-    """Counters since the engine was built. slot_utilisation = token_steps / slot_steps."""
+    """Counters since the engine was built (or `Engine.reset_stats`). slot_utilisation =
+    token_steps / slot_steps (decode steps x num_slots); row_steps counts the rows computed."""
 
     pool_pages: int
     page_bytes: int
     slot_steps: int = 0
+    row_steps: int = 0  # decode rows computed (running slots packed into power-of-two batches)
     token_steps: int = 0
     decode_calls: int = 0
     prefill_calls: int = 0
