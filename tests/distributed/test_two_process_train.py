@@ -39,6 +39,7 @@ def _metrics(workdir: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+@pytest.mark.slow  # two training processes; test_two_process.py checks the batch split by default
 def test_two_processes_train_like_one_process_with_as_many_devices(tmp_path):
     single, multi = tmp_path / "single", tmp_path / "multi"
     address = f"127.0.0.1:{_free_port()}"

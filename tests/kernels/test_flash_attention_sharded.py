@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from agentic_jax.kernels import flash_attention, reference_attention
 from attention_cases import Case, make_inputs, rel_error
 
 
+@pytest.mark.slow  # compiles for 8 devices; test_flash_attention.py checks the kernel
 def test_sharded_batch_and_heads_match_reference():
     mesh = jax.make_mesh((2, 4), ("data", "model"))
     # 8 query heads over 4 kv heads: each shard keeps a GQA group of 2 on one kv head.

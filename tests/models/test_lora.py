@@ -44,6 +44,7 @@ def _trained_adapters(cfg: ModelConfig = CFG) -> Transformer:
     return model
 
 
+@pytest.mark.slow
 def test_adapters_exist_only_on_targets_and_are_counted():
     cfg = dataclasses.replace(CFG, lora_targets=("q_proj", "down_proj"))
     model = Transformer(cfg, rngs=nnx.Rngs(0))
@@ -100,6 +101,7 @@ def test_gradients_reach_only_the_adapters_and_value_head():
     assert jax.tree.all(jax.tree.map(np.array_equal, after, frozen))
 
 
+@pytest.mark.slow
 def test_from_pretrained_adds_sharded_adapters_and_exports_merged(tmp_path):
     torch_model = build(transformers.Qwen3Config(
         vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

@@ -28,6 +28,7 @@ def _greedy_reference(model, prompt, n):
     return seq[len(prompt):]
 
 
+@pytest.mark.slow  # the engine tests check greedy parity by default
 def test_greedy_equals_full_forward_ragged(model):
     out = generate(model, PROMPTS, max_new_tokens=8, temperature=0.0)
     assert out == [_greedy_reference(model, p, 8) for p in PROMPTS]

@@ -115,6 +115,7 @@ def _export_tool():
     return module
 
 
+@pytest.mark.slow  # tests/models/test_lora.py checks adapters and merging by default
 def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
     # <|im_end|> at p ~ 0.95 (not saturated) and a format penalty (every return negative): the
     # adapters get gradients.

@@ -77,6 +77,7 @@ def test_corrupted_newest_checkpoint_falls_back(full_run, tmp_path, caplog):
     assert any("step 4" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow  # a run until it stops
 def test_repeated_non_finite_updates_stop_with_checkpoint_intact(tmp_path, monkeypatch):
     workdir = str(tmp_path / "nan")
     cfg = tiny_config(**{"training.total_steps": 6, "training.max_skipped_updates": 1,
