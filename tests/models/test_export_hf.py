@@ -94,7 +94,10 @@ def test_run_with_the_builtin_model_exports_its_trained_logits(tmp_path):
                                atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("stored", [pytest.param("all", marks=pytest.mark.slow), "trainable"])
+# Both are full LoRA runs; test_run_with_the_builtin_model_exports_its_trained_logits checks
+# export by default.
+@pytest.mark.slow
+@pytest.mark.parametrize("stored", ["all", "trainable"])
 def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path, stored):
     source = tmp_path / "qwen3"
     build(transformers.Qwen3Config(

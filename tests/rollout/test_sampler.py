@@ -34,6 +34,7 @@ def test_greedy_equals_full_forward_ragged(model):
     assert out == [_greedy_reference(model, p, 8) for p in PROMPTS]
 
 
+@pytest.mark.slow  # test_logprob_consistency.py checks both by default
 def test_logprobs_and_values_match_the_model(model):
     out, lps = generate(model, PROMPTS, max_new_tokens=6, temperature=1.0, seed=3,
                         return_logprobs=True)
