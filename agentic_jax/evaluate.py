@@ -49,9 +49,8 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
     ``eval_settings`` replace fields of the run's ``eval.*`` (never evaluated in training
     here); a bad one is a ValueError naming its flag."""
     from agentic_jax.rl import rundir
-    from agentic_jax.rl.builders import build_policy, publish
+    from agentic_jax.rl.builders import restored_policy
     from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.state import restore_params
 
     if not os.path.isdir(os.path.join(workdir, "checkpoints")):
         raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to evaluate")
@@ -64,14 +63,7 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
                                                                  **settings))
     except ValueError as err:
         raise ValueError(f"--{err}") from None
-    policy, params = build_policy(cfg)
-    try:
-        params, step = restore_params(workdir, params, policy.state_shardings)
-    except FileNotFoundError:
-        policy.close()
-        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
-    publish(policy, params)
-    return policy, step
+    return restored_policy(cfg, workdir)
 
 
 def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,

@@ -27,7 +27,7 @@ from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
 from agentic_jax.rl.problems import Problems, check_prompts, encode_prompt, load_problems
-from agentic_jax.rl.state import TrainState, root_rng
+from agentic_jax.rl.state import TrainState, restore_params, root_rng
 from agentic_jax.rl.shardings import (
     TrainShardings, has_adapters, init_opt_state, train_shardings)
 from agentic_jax.rl.step import make_train_step
@@ -116,6 +116,19 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
         merge=merge)
     publish(policy_, params)
     return policy_, params
+
+
+def restored_policy(cfg: RunConfig, workdir: str) -> tuple[Policy, int]:
+    """The policy with the newest checkpoint of ``workdir`` published (its parameters only: no
+    optimizer or training state is built or read), and that checkpoint's step."""
+    policy_, params = build_policy(cfg)
+    try:
+        params, step = restore_params(workdir, params, policy_.state_shardings)
+    except FileNotFoundError:
+        policy_.close()
+        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
+    publish(policy_, params)
+    return policy_, step
 
 
 def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:

@@ -25,9 +25,8 @@ def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
     """With ``workdir``: its recorded config (``overrides`` on top) and newest checkpoint
     (FileNotFoundError when it has none). Without: ``config`` as given, weights as built."""
     from agentic_jax.rl import rundir
-    from agentic_jax.rl.builders import build_policy, publish
+    from agentic_jax.rl.builders import build_policy, restored_policy
     from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.state import restore_params
 
     if not workdir:
         if config is None:
@@ -40,13 +39,7 @@ def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
         raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to serve")
     config = rundir.with_record(config, workdir, overrides or {})
     rundir.check_same_model(config, workdir)
-    policy, params = build_policy(_inference_config(read_config(config)))
-    try:
-        params, step = restore_params(workdir, params, policy.state_shardings)
-    except FileNotFoundError:
-        policy.close()
-        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
-    publish(policy, params)
+    policy, step = restored_policy(_inference_config(read_config(config)), workdir)
     return LoadedPolicy(policy, step, f"{os.path.basename(os.path.abspath(workdir))}@{step}")
 
 
