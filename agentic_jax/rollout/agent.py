@@ -173,6 +173,9 @@ class AgentLoop:
             while any(r.phase is not Phase.DONE for r in rows):
                 self._collect_tools(rows, timer)
                 self._append_outputs(rows)
+                if not engine.has_work and any(r.phase is Phase.DECODING for r in rows):
+                    raise RuntimeError("rollout: episodes wait to decode but the engine holds "
+                                       "no work for them")
                 if engine.has_work:
                     with timer("decode_s"):
                         events = engine.step()

@@ -2,8 +2,6 @@
 pages at the right positions (the sampled log-probs equal the trainer's over the whole
 episode), episodes do not depend on slot count or page size, and no page outlives a rollout."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,7 +140,6 @@ def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
         loop.run(_specs(tok), jax.random.key(0))
     assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
     # The engine is usable again.
-    ok = dataclasses.replace(loop.cfg)
-    result = EveryTurnCalls(engine, tok, sandbox, ToolController(mode="fixed"), ok).run(
+    result = EveryTurnCalls(engine, tok, sandbox, ToolController(mode="fixed"), loop.cfg).run(
         _specs(tok)[:2], jax.random.key(0))
     assert len(result.episodes) == 2
