@@ -54,6 +54,10 @@ _REASONING = {
     "proof": "Let me check it with Python.",
 }
 _DEFAULT_REASONING = "Let me use Python."
+# A written-out solution opens the way a tool-using one does, so the choice between them is one
+# token (" write" against " compute", " solve", ...), whose probability the warm start sets to about
+# warmstart.tool_fraction and RL is free to move.
+DIRECT_REASONING = "Let me write it out."
 
 
 def format_prompt(question: str, *, template: str = "zero", tokenizer: Any = None,
@@ -119,5 +123,6 @@ def tool_solution_text(problem: Problem, output: str) -> str:
 
 
 def direct_solution_text(problem: Problem) -> str:
-    """A response without tools: the written-out reasoning and the boxed answer."""
-    return f"{problem.direct_solution}\n{final_answer(problem.answer)}"
+    """A response without tools: the opening line, the written-out reasoning and the boxed
+    answer."""
+    return f"{DIRECT_REASONING}\n{problem.direct_solution}\n{final_answer(problem.answer)}"

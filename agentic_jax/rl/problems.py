@@ -52,8 +52,25 @@ def load_problems(cfg: RunConfig) -> Problems:
     if not train:
         raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
                           f"data.stages={d.stages}")
-    test = test[:d.eval_size] if test else train[:d.eval_size]
+    test = held_out(test, d.eval_size) if test else train[:d.eval_size]
     return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
+
+
+def held_out(test: list[Problem], size: int) -> list[Problem]:
+    """The first ``size`` held-out problems, taken from the stages in turn (each stage's own
+    order kept), so a run over several stages evaluates every one of them; with one stage this
+    is ``test[:size]``. A stage with fewer problems than its share leaves its turns to the rest.
+    """
+    by_stage: dict[str, list[Problem]] = {}
+    for problem in test:
+        by_stage.setdefault(problem.stage, []).append(problem)
+    queues = list(by_stage.values())
+    out: list[Problem] = []
+    depth = 0
+    while len(out) < size and any(depth < len(q) for q in queues):
+        out += [q[depth] for q in queues if depth < len(q)][:size - len(out)]
+        depth += 1
+    return out
 
 
 def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -92,6 +93,46 @@ def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list
     return examples
 
 
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
+                           group: int = 64) -> list[list[int]]:
+    """One pass over the examples as batches of indices, grouped by length.
+
+    A seeded shuffle is cut into windows of ``group`` batches; each window is sorted by length
+    and cut into batches, and the batches are shuffled again. Examples of similar length share a
+    batch, so a batch pads to little more than its own examples (as HF Trainer's
+    ``group_by_length``), while every batch is still drawn from across the whole set. Every
+    index appears once; the last batch of a pass may be short.
+    """
+    if batch_size < 1 or group < 1:
+        raise ValueError(f"batch_size and group: expected >= 1, got {batch_size}, {group}")
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = batch_size * group
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _batches(examples: Sequence[WarmStartExample], batch_size: int, steps: int,
+             seed: int) -> list[list[WarmStartExample]]:
+    """``steps`` full batches from passes of `length_grouped_batches`, a fresh order per pass;
+    a pass's short batch is left out of it. Fewer examples than a batch are repeated."""
+    pool = list(examples) * -(-batch_size // len(examples))
+    lengths = [len(ex.tokens) for ex in pool]
+    out: list[list[WarmStartExample]] = []
+    epoch = 0
+    while len(out) < steps:
+        for batch in length_grouped_batches(lengths, batch_size, seed=seed * 1000 + epoch):
+            if len(batch) == batch_size and len(out) < steps:
+                out.append([pool[i] for i in batch])
+        epoch += 1
+    return out
+
+
 def pack_batch(examples: Sequence[WarmStartExample], *, length: int,
                pad_id: int) -> dict[str, np.ndarray]:
     """Right-padded arrays for the compiled step: an SFT batch in the RL batch's layout."""
@@ -114,7 +155,7 @@ def pack_batch(examples: Sequence[WarmStartExample], *, length: int,
 
 class WarmStartResult(NamedTuple):
     params: Any                  # the policy's model state after the supervised phase
-    metrics: dict[str, float]    # warmstart/loss, warmstart/examples, warmstart/tool_fraction
+    metrics: dict[str, float]    # warmstart/ loss, examples, tool_fraction, time_s (wall)
 
 
 def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResult:
@@ -134,6 +175,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
 
     cfg, policy = run.cfg, run.policy
     w, t = cfg.warmstart, cfg.training
+    began = time.perf_counter()
     # Rows split over the data shards (which span the processes): round the batch up to them.
     batch_size = round_up(w.batch_size, run.row_multiple)
     share = process_slice(batch_size)  # the rows of every batch this process contributes
@@ -153,10 +195,10 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
     opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
                         out_shardings=shardings.opt_state)(params)
     metrics: dict[str, float] = {}
+    batches = _batches(examples, batch_size, w.steps, cfg.seed)
     bar = tqdm(range(w.steps), desc="warm start", disable=not progress, leave=False)
     for i in bar:
-        start = (i * batch_size) % len(examples)
-        rows = [examples[(start + j) % len(examples)] for j in range(batch_size)]
+        rows = batches[i]
         # Pad to the batch's longest example (rounded up, so only a few shapes compile).
         length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), _LENGTH_BUCKET))
         batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
@@ -168,7 +210,8 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
     return WarmStartResult(params, {"warmstart/loss": metrics.get("policy_loss", float("nan")),
                                     "warmstart/examples": float(len(examples)),
-                                    "warmstart/tool_fraction": tool_share})
+                                    "warmstart/tool_fraction": tool_share,
+                                    "warmstart/time_s": time.perf_counter() - began})
 
 
 def run_everywhere(sandbox: Any, codes: list[str]) -> list[str | None]:

@@ -7,7 +7,7 @@ import pytest
 from agentic_jax.data import (CODE_CLOSE, CODE_OPEN, OUTPUT_OPEN, builtin_tokenizer,
                               direct_solution_text, format_prompt, format_tool_output,
                               generate_curriculum, tool_solution_text)
-from agentic_jax.data.prompts import TRUNCATED
+from agentic_jax.data.prompts import DIRECT_REASONING, TRUNCATED
 
 
 def _extract_answer(text: str):
@@ -82,5 +82,16 @@ def test_tool_solution_splits_where_the_environment_takes_over(problems):
 def test_direct_solution_text_has_no_code_and_boxes_the_answer(problems):
     for p in problems:
         text = direct_solution_text(p)
-        assert text.startswith(p.direct_solution) and "```" not in text
+        assert text.startswith(f"{DIRECT_REASONING}\n{p.direct_solution}") and "```" not in text
         assert _extract_answer(text) == p.answer
+
+
+def test_tool_and_direct_responses_part_at_one_token(problems):
+    """Both openings share their tokens up to one, so the warm start's tool fraction is that
+    token's probability rather than a side effect of how sure the model is of a number."""
+    tok = builtin_tokenizer()
+    for p in problems:
+        tool = tok.encode(tool_solution_text(p, p.answer))
+        direct = tok.encode(direct_solution_text(p))
+        split = next(i for i, (a, b) in enumerate(zip(tool, direct)) if a != b)
+        assert split == 2, (p.stage, tok.decode(tool[:4]), tok.decode(direct[:4]))
