@@ -14,6 +14,8 @@ results go to ``eval/`` (``history.jsonl`` / ``history.png`` over the steps).
 from __future__ import annotations
 
 import os
+import resource
+import time
 from typing import Any
 
 import jax
@@ -48,6 +50,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     Every config value is checked before anything is written; resuming checkpoints of another
     model or tokenizer is refused (`rundir.check_same_model`).
     """
+    began = time.perf_counter()
     cfg = read_config(config)
     rundir.check_same_model(config, workdir)
     run, state = build_run(cfg)
@@ -66,7 +69,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
                                     async_save=c.async_save)
         state, info = _resume_or_start(run, state, checkpointer, workdir, progress)
         state = _train_loop(run, state, checkpointer, workdir, num_params, progress)
-        return _finish(run, workdir, info, num_params, state.step_int)
+        return _finish(run, workdir, info, num_params, state.step_int, began)
     finally:
         if checkpointer is not None:
             checkpointer.close()
@@ -188,7 +191,8 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
             result.skipped_in_a_row)
 
 
-def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int) -> dict:
+def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
+            began: float) -> dict:
     final = evaluate_both(run, workdir, steps)
     records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     initial = info["initial"]
@@ -201,6 +205,9 @@ def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int) -> 
         "code_use_rate_start": initial["tools"]["code_use_rate"],
         "code_use_rate_end": final["tools"]["code_use_rate"],
         "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
+        # This process's: a resumed run counts from its resumption.
+        "wall_time_s": time.perf_counter() - began,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     if is_main_process():
         write_json(os.path.join(workdir, SUMMARY), summary)

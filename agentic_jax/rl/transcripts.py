@@ -1,7 +1,8 @@
 """A few episodes in full, for a person reading the run: ``transcripts.jsonl`` in the run dir.
 
 One JSON object per line: ``step``, ``source`` ("eval" for the held-out problems at each
-evaluation, "train" for a training step's episodes), ``prompt`` and ``response`` (decoded text;
+evaluation, "train" for a training step's episodes), the problem's ``stage`` and ``kind``,
+``prompt`` and ``response`` (decoded text;
 the response holds the code blocks and their ```output blocks as the model saw them),
 ``answer`` (the final answer extracted from the response, or null), ``reference`` (the
 problem's answer), ``reward``, ``correct``, ``tool_calls`` and ``finish_reason``.
@@ -32,7 +33,7 @@ def transcript(tokenizer, episode: Episode, problem: Problem, step: int,
                source: str) -> dict:
     """One episode as a transcripts.jsonl record."""
     return {
-        "step": int(step), "source": source,
+        "step": int(step), "source": source, "stage": problem.stage, "kind": problem.kind,
         "prompt": tokenizer.decode(list(episode.prompt_tokens), skip_special_tokens=False),
         "response": episode.text, "answer": extract_answer(episode.text),
         "reference": problem.answer, "reward": float(episode.reward),

@@ -52,6 +52,8 @@ def test_run_writes_metrics_checkpoints_and_summary(full_run):
         for mode in ("tools", "direct"):
             assert 0.0 <= summary[phase][mode]["accuracy"] <= 1.0
     assert summary["final"]["direct"]["code_use_rate"] == 0.0  # tools forbidden
+    assert summary["wall_time_s"] > 0
+    assert summary["peak_rss_mb"] > 100  # a JAX process: far above any unit mix-up
 
 
 def test_restart_resumes_exactly(full_run, tmp_path):
