@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from agentic_jax.rollout import tools
+from agentic_jax.rollout.constrain import code_constraint
 from agentic_jax.rollout.controller import ToolController
 from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
@@ -51,6 +52,9 @@ class AgentConfig:
       replays the episode's earlier successful blocks before each new one).
     stop_ids: token ids that end an episode (e.g. `agentic_jax.data.tokenizer.stop_token_ids`
       of a pretrained model); empty: the tokenizer's EOS.
+    constrain_code: inside a ```python block, sample only tokens that keep the block valid
+      Python (`agentic_jax.rollout.constrain`). For serving and evaluation only: it changes
+      the sampling distribution that training's importance ratios assume.
     """
 
     max_length: int
@@ -59,6 +63,7 @@ class AgentConfig:
     stop_on_answer: bool = True
     stateful: bool = False
     stop_ids: tuple[int, ...] = ()
+    constrain_code: bool = False
 
     def __post_init__(self):
         if self.max_length <= 1:
@@ -138,6 +143,8 @@ class AgentLoop:
         self.controller, self.cfg = controller, cfg
         self.end_ids = tuple(_end_ids(tokenizer, cfg.stop_ids))
         self.pause_ids = _pause_ids(tokenizer)
+        self.constraint = (code_constraint(tokenizer, engine.model_cfg.vocab_size)
+                           if cfg.constrain_code else None)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -216,7 +223,8 @@ class AgentLoop:
         prompt = tuple(row.episode.prompt_tokens)
         return Request(request_id=b, prompt=prompt,
                        max_new_tokens=self.cfg.max_length - len(prompt), key=key,
-                       stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids)
+                       stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids,
+                       constraint=self.constraint)
 
     # ------------------------------------------------------------------ DECODING
 

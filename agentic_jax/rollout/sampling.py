@@ -44,6 +44,7 @@ def sample_tokens(
     top_k: int = 0,
     top_p: float | jax.Array = 1.0,
     use_filter: bool = False,
+    allowed: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Samples one token per row.
 
@@ -54,11 +55,17 @@ def sample_tokens(
       temperature: 0 is greedy (argmax); otherwise logits are divided by it.
       top_k, top_p: truncation (see `filter_logits`), applied only when ``use_filter`` (static),
         so the common untruncated case compiles without a vocabulary sort.
+      allowed: optional int32 [B, ceil(V / 32)] bitmasks (bit j of word i allows token
+        32 * i + j), applied before truncation and greedy choice; None leaves the program as
+        it is without masks.
 
     Returns:
       (tokens int32 [B], logprobs float32 [B]) with logprobs under the untempered policy.
     """
-    logits = logits.astype(jnp.float32)
+    logits = policy = logits.astype(jnp.float32)
+    if allowed is not None:
+        logits = jnp.where(unpack_bitmask(allowed, logits.shape[-1]), logits,
+                           jnp.finfo(logits.dtype).min)
     greedy = jnp.argmax(logits, axis=-1)
     safe_t = jnp.maximum(jnp.asarray(temperature, jnp.float32), 1e-6)
     scaled = logits / safe_t
@@ -66,5 +73,14 @@ def sample_tokens(
         scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
     sampled = jax.vmap(jax.random.categorical)(keys, scaled)
     tokens = jnp.where(jnp.asarray(temperature) > 0, sampled, greedy).astype(jnp.int32)
-    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, None], axis=-1)
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(policy, axis=-1), tokens[:, None], axis=-1)
     return tokens, logprobs[:, 0]
+
+
+def unpack_bitmask(allowed: jax.Array, vocab_size: int) -> jax.Array:
+    """int32 [B, W] bitmasks -> bool [B, vocab_size] (tokens past 32 * W are not allowed)."""
+    bits = (allowed[:, :, None] >> jnp.arange(32, dtype=allowed.dtype)) & 1
+    bits = bits.reshape(allowed.shape[0], -1).astype(bool)
+    if bits.shape[1] < vocab_size:
+        bits = jnp.pad(bits, ((0, 0), (0, vocab_size - bits.shape[1])))
+    return bits[:, :vocab_size]

@@ -136,7 +136,7 @@ class Engine:
         seq.tokens.extend(kept)
         seq.budget -= len(kept)
         seq.turn_start = len(seq.tokens)
-        seq.logprobs, seq.values = [], []
+        seq.logprobs, seq.values, seq.matcher = [], [], None
         if seq.budget <= 0:
             self._finish(seq, "length")
             return
@@ -428,10 +428,12 @@ class Engine:
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
+        allowed = self._masks(running, n)
         out = pm.decode_jit(
             self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
             jnp.float32(cfg.sampling.temperature), jnp.float32(cfg.sampling.top_p),
-            jnp.int32(return_after), num_steps=cfg.decode_steps, top_k=cfg.sampling.top_k,
+            jnp.int32(return_after), allowed,
+            num_steps=cfg.decode_steps if allowed is None else 1, top_k=cfg.sampling.top_k,
             use_filter=cfg.sampling.use_filter, attention_impl=self.decode_impl)
         self.kv = out.kv
         toks, lps, vals, count, stopped, steps = jax.device_get(
@@ -448,6 +450,33 @@ class Engine:
             self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], finished)
         self.stats.decode_s += time.perf_counter() - t0
         return True
+
+    def _masks(self, running: list[Seq], rows_in_batch: int) -> np.ndarray | None:
+        """int32 [rows, ceil(vocab / 32)] allowed-token bitmasks when some running sequence
+        samples under a constraint (all bits set for the others), else None: the round trip
+        is then one step, as a mask holds for one token."""
+        masked = [(i, s) for i, s in enumerate(running) if s.matcher is not None]
+        if not masked:
+            return None
+        allowed = np.full((rows_in_batch, -(-self.model_cfg.vocab_size // 32)), -1, np.int32)
+        for i, seq in masked:
+            seq.matcher.fill(allowed[i])
+        return allowed
+
+    def _constrain(self, seq: Seq, toks) -> bool:
+        """Advances the sequence's matcher over its new tokens, or starts one when its
+        constraint asks (cutting the turn there); True when tokens were cut."""
+        if seq.matcher is not None:
+            for t in toks:
+                seq.matcher.advance(int(t))
+            return False
+        started = seq.request.constraint.start(seq.tokens[seq.turn_start:])
+        if started is None:
+            return False
+        keep, seq.matcher = started
+        drop = len(seq.tokens) - seq.turn_start - keep
+        self._truncate(seq, drop)
+        return drop > 0
 
     def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is
@@ -471,6 +500,8 @@ class Engine:
         seq.values.extend(float(x) for x in vals)
         seq.length += len(toks)
         seq.budget -= len(toks)
+        if seq.request.constraint is not None and self._constrain(seq, toks):
+            stopped = False       # the cut dropped the stop token with what followed the opener
         hook = seq.request.pause
         cut = None if hook is None else hook(seq.tokens[seq.turn_start:])
         if cut is not None:
@@ -479,6 +510,7 @@ class Engine:
             self._truncate(seq, turn - cut)
             self._emit(seq, "paused", "pause")
             self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
+            seq.matcher = None
         elif stopped:
             self._finish(seq, "stop")
         elif seq.budget <= 0:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Hashable, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -76,6 +76,10 @@ class Request:
       pause_tokens: ids after which the slot stops for the rest of its round trip so that the
         pause hook sees them at once (e.g. a one-token closing code fence); the sequence goes on
         decoding when the hook returns None.
+      constraint: optional token constraint (`agentic_jax.rollout.constrain.CodeConstraint`):
+        after each unmasked round trip ``constraint.start(turn)`` returns None, or (n, matcher)
+        to keep the turn's first n tokens and sample on one token per round trip with
+        ``matcher.fill(bitmask_row)`` / ``matcher.advance(token)`` until the turn ends.
     """
 
     request_id: Hashable
@@ -85,6 +89,7 @@ class Request:
     stop_tokens: tuple[int, ...] = ()
     pause: PauseHook | None = None
     pause_tokens: tuple[int, ...] = ()
+    constraint: Any = None
 
 
 class Event(NamedTuple):
