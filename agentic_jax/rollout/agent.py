@@ -80,12 +80,16 @@ class Phase(enum.Enum):
 
 
 class RowSpec(NamedTuple):
-    """What the caller knows of one episode before it starts."""
+    """What the caller knows of one episode before it starts. ``sampling`` (None: the
+    config's) and ``key`` (a PRNG key; None: the row's share of `AgentLoop.run`'s rng) let
+    rows of one batch sample with their own settings and seeds (serving)."""
 
     prompt: Sequence[int]
     difficulty: float = 0.5
     stage: str = "default"
     group_id: int = 0
+    sampling: SamplingParams | None = None
+    key: Any = None
 
 
 class RolloutResult(NamedTuple):
@@ -175,8 +179,9 @@ class AgentLoop:
             jax.random.split(rng, total_rows)[row_offset:row_offset + n]))
         timer = PhaseTimer()
         try:
-            for b, row in enumerate(rows):
-                engine.submit(self._request(b, row, keys[b]))
+            for b, (row, spec) in enumerate(zip(rows, specs)):
+                key = keys[b] if spec.key is None else np.asarray(jax.random.key_data(spec.key))
+                engine.submit(self._request(b, row, key, spec.sampling))
             while any(r.phase is not Phase.DONE for r in rows):
                 self._collect_tools(rows, timer)
                 self._append_outputs(rows)
@@ -215,7 +220,8 @@ class AgentLoop:
                             timeout_ms=decision.timeout_ms, stage=spec.stage,
                             difficulty=spec.difficulty, group_id=spec.group_id))
 
-    def _request(self, b: int, row: _Row, key: np.ndarray) -> Request:
+    def _request(self, b: int, row: _Row, key: np.ndarray,
+                 sampling: SamplingParams | None) -> Request:
         def pause(turn: Sequence[int]) -> int | None:
             row.event = self._turn_event(list(turn))
             return None if row.event is None else row.event.cut
@@ -224,7 +230,7 @@ class AgentLoop:
         return Request(request_id=b, prompt=prompt,
                        max_new_tokens=self.cfg.max_length - len(prompt), key=key,
                        stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids,
-                       constraint=self.constraint)
+                       sampling=sampling, constraint=self.constraint)
 
     # ------------------------------------------------------------------ DECODING
 

@@ -32,6 +32,19 @@ def bitmask_words(vocab_size: int) -> int:
     return -(-vocab_size // 32)
 
 
+def batch_bitmasks(matchers: Sequence[Any], rows: int, vocab_size: int) -> np.ndarray | None:
+    """int32 [rows, bitmask_words(vocab_size)] allowed-token bitmasks of a decode batch whose
+    first rows hold ``matchers`` (None: unconstrained, all bits set); None when no row is
+    constrained, so that the engine runs its unmasked program."""
+    if all(m is None for m in matchers):
+        return None
+    allowed = np.full((rows, bitmask_words(vocab_size)), -1, np.int32)
+    for i, matcher in enumerate(matchers):
+        if matcher is not None:
+            matcher.fill(allowed[i])
+    return allowed
+
+
 def _llguidance() -> Any:
     try:
         import llguidance

@@ -52,9 +52,12 @@ def sample_tokens(
       logits: [B, V] float32 next-token logits.
       keys: [B] PRNG keys, one per row, so that a row's draw does not depend on which other rows
         are decoding alongside it.
-      temperature: 0 is greedy (argmax); otherwise logits are divided by it.
+      temperature: 0 is greedy (argmax); otherwise logits are divided by it. A scalar, or one
+        per row ([B]), so that rows with different settings share one batch.
       top_k, top_p: truncation (see `filter_logits`), applied only when ``use_filter`` (static),
-        so the common untruncated case compiles without a vocabulary sort.
+        so the common untruncated case compiles without a vocabulary sort. ``top_p`` may be
+        per row ([B]); with ``top_k == 0`` a row whose top_p is 1 then keeps its logits as
+        they are, exactly as it would be sampled without the filter.
       allowed: optional int32 [B, ceil(V / 32)] bitmasks (bit j of word i allows token
         32 * i + j), applied before truncation and greedy choice; None leaves the program as
         it is without masks.
@@ -67,12 +70,20 @@ def sample_tokens(
         logits = jnp.where(unpack_bitmask(allowed, logits.shape[-1]), logits,
                            jnp.finfo(logits.dtype).min)
     greedy = jnp.argmax(logits, axis=-1)
-    safe_t = jnp.maximum(jnp.asarray(temperature, jnp.float32), 1e-6)
-    scaled = logits / safe_t
+    temperature = jnp.asarray(temperature, jnp.float32)
+    per_row = temperature.ndim == 1
+    safe_t = jnp.maximum(temperature, 1e-6)
+    scaled = logits / (safe_t[:, None] if per_row else safe_t)
     if use_filter:
-        scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
+        top_p = jnp.asarray(top_p, jnp.float32)
+        if top_p.ndim == 1:
+            filtered = filter_logits(scaled, top_k=top_k, top_p=top_p[:, None])
+            keep_all = (top_p >= 1.0) & (top_k == 0)
+            scaled = jnp.where(keep_all[:, None], scaled, filtered)
+        else:
+            scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
     sampled = jax.vmap(jax.random.categorical)(keys, scaled)
-    tokens = jnp.where(jnp.asarray(temperature) > 0, sampled, greedy).astype(jnp.int32)
+    tokens = jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32)
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(policy, axis=-1), tokens[:, None], axis=-1)
     return tokens, logprobs[:, 0]
 

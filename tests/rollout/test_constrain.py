@@ -111,10 +111,7 @@ def test_random_walks_under_the_mask_always_parse(tok, constraint):
     assert finished >= 20
 
 
-
-
-
-def test_mask_of_all_ones_is_bitwise_the_unmaskedsample_tokens():
+def test_mask_of_all_ones_is_bitwise_the_unmasked_sample():
     logits = jax.random.normal(jax.random.key(0), (4, 70)) * 3
     keys = jax.random.split(jax.random.key(1), 4)
     ones = jnp.full((4, bitmask_words(70)), -1, jnp.int32)
@@ -205,3 +202,12 @@ def test_rows_that_open_no_block_sample_as_without_a_constraint(tok, constraint)
     for i, event in free.items():
         assert masked[i].tokens == event.tokens
         np.testing.assert_array_equal(masked[i].logprobs, event.logprobs)
+
+
+def test_unpack_bitmask_reads_llguidance_bit_order():
+    words = np.random.default_rng(4).integers(-2**31, 2**31, (3, 3), dtype=np.int64)
+    words = words.astype(np.int32)
+    expected = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").astype(bool)
+    np.testing.assert_array_equal(unpack_bitmask(jnp.asarray(words), 70), expected[:, :70])
+    assert unpack_bitmask(jnp.asarray(words), 100).shape == (3, 100)
+    assert not np.asarray(unpack_bitmask(jnp.asarray(words), 100))[:, 96:].any()

@@ -14,6 +14,7 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.kernels.paged_attention import PagePairs
+from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.pages import PagePool, page_bytes, pool_size
 from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
@@ -118,6 +119,9 @@ class Engine:
             raise ValueError(f"request {request.request_id!r}: prompt {len(prompt)} + "
                              f"max_new_tokens {request.max_new_tokens} exceeds max_seq_len "
                              f"{self.cfg.max_seq_len}")
+        if request.sampling is not None and request.sampling.top_k != self.cfg.sampling.top_k:
+            raise ValueError(f"request {request.request_id!r}: top_k {request.sampling.top_k} "
+                             f"differs from the engine's {self.cfg.sampling.top_k}")
         self._stop_width = max(self._stop_width,
                                len(request.stop_tokens) + len(request.pause_tokens))
         prefix = self.prefixes.setdefault(tuple(prompt[:-1]), Prefix(tokens=tuple(prompt[:-1])))
@@ -428,13 +432,17 @@ class Engine:
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
-        allowed = self._masks(running, n)
+        allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
+        params = [s.request.sampling or cfg.sampling for s in running]
+        temperature = np.full(n, cfg.sampling.temperature, np.float32)
+        top_p = np.full(n, cfg.sampling.top_p, np.float32)
+        temperature[:len(running)] = [p.temperature for p in params]
+        top_p[:len(running)] = [p.top_p for p in params]
         out = pm.decode_jit(
             self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
-            jnp.float32(cfg.sampling.temperature), jnp.float32(cfg.sampling.top_p),
-            jnp.int32(return_after), allowed,
+            temperature, top_p, jnp.int32(return_after), allowed,
             num_steps=cfg.decode_steps if allowed is None else 1, top_k=cfg.sampling.top_k,
-            use_filter=cfg.sampling.use_filter, attention_impl=self.decode_impl)
+            use_filter=any(p.use_filter for p in params), attention_impl=self.decode_impl)
         self.kv = out.kv
         toks, lps, vals, count, stopped, steps = jax.device_get(
             (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
@@ -450,18 +458,6 @@ class Engine:
             self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], finished)
         self.stats.decode_s += time.perf_counter() - t0
         return True
-
-    def _masks(self, running: list[Seq], rows_in_batch: int) -> np.ndarray | None:
-        """int32 [rows, ceil(vocab / 32)] allowed-token bitmasks when some running sequence
-        samples under a constraint (all bits set for the others), else None: the round trip
-        is then one step, as a mask holds for one token."""
-        masked = [(i, s) for i, s in enumerate(running) if s.matcher is not None]
-        if not masked:
-            return None
-        allowed = np.full((rows_in_batch, -(-self.model_cfg.vocab_size // 32)), -1, np.int32)
-        for i, seq in masked:
-            seq.matcher.fill(allowed[i])
-        return allowed
 
     def _constrain(self, seq: Seq, toks) -> bool:
         """Advances the sequence's matcher over its new tokens, or starts one when its

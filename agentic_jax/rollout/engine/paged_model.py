@@ -156,6 +156,7 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
             use_filter: bool, attention_impl: str) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
+    ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
     ``allowed``: optional int32 [S, ceil(V / 32)] allowed-token bitmasks (see `sample_tokens`),
     the same at every step (the engine passes one with ``num_steps=1``); None compiles the
     unmasked program.
