@@ -4,10 +4,12 @@ the opening fence, then a block of Python that `ast.parse` accepts, then the clo
 llguidance lexes greedily with the lexemes the parser allows at each point and has no
 INDENT/DEDENT post-lexer, so indentation is spelled out: every statement rule is written once
 per nesting level d < ``max_depth`` and a line at level d starts after a newline lexeme with
-exactly 4*d spaces (``NL_d``, which also swallows blank and comment lines). Whitespace between
-tokens is part of the token before it (``[ \\t]*`` on a line, newlines and comments too inside
-brackets), so the expression rules are written twice: line mode (``_l``) and bracket mode
-(``_b``, implicit line joining).
+exactly 4*d spaces (``NL_d``, which also swallows blank and comment lines). There is no
+``%ignore``: whitespace is part of the tokens (see `_MODE_TOKENS`), ``[ \\t]`` on a line and also
+newlines and comments inside brackets, so the expression rules are written twice: line mode
+(``_l``) and bracket mode (``_b``, implicit line joining). Strings and comments hold no
+backtick, so no ``` can end the block early, and no control character (a ``\\r`` would end
+the line for Python).
 
 The accepted subset (everything in it parses; much valid Python is outside it):
 - statements: expressions; assignment (chained, tuple/list targets, attribute and subscript
@@ -26,8 +28,9 @@ The accepted subset (everything in it parses; much valid Python is outside it):
   quotes, implicit concatenation of the same kind, valid escapes only), ``...``.
 - left out: f-strings with replacement fields, decorators, yield, async/await, walrus, match,
   nonlocal, relative imports, star targets, backslash continuation, tabs for indentation.
-  Keywords that take an operand after an expression (``in``, ``and``, ``if``, ``as``, ...)
-  need a space after them. Checks that CPython makes after parsing (``return`` outside a
+  Keywords after an expression (``in``, ``and``, ``if``, ``as``, ...) need whitespace on both
+  sides (``x if(y)`` and ``1if`` are refused; CPython deprecates the latter). Calls directly on
+  number or constant literals are refused (CPython warns). Checks that CPython makes after parsing (``return`` outside a
   function, ``break`` outside a loop, duplicate parameters) are not enforced.
 """
 
@@ -211,7 +214,9 @@ def _mode_terminals(m: str) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def python_block_grammar(max_depth: int = 4) -> str:
-    """The whole turn's grammar: ``start: PRE code FENCE TAIL?`` (see the module docstring)."""
+    """The whole turn's grammar, ``start: pre code`` with ``code: LEAD? stmts? FENCE TAIL?``:
+    ``pre`` is lazy free text through the first opening fence; TAIL, anything after the
+    closing fence that does not turn it into another opener (see the module docstring)."""
     if max_depth < 1:
         raise ValueError(f"max_depth: expected >= 1, got {max_depth}")
     rules = ["start: pre code",

@@ -93,8 +93,8 @@ class Engine:
         return old
 
     def set_sampling(self, sampling: SamplingParams) -> None:
-        """Temperature / top-p / top-k of the requests submitted from now on; only while the
-        engine holds no sequence (every live one samples with the same settings)."""
+        """Temperature / top-p / top-k of the requests submitted from now on that set none of
+        their own; only while the engine holds no sequence (top-k is one for all)."""
         if self.seqs:
             raise RuntimeError(f"rollout engine: cannot change sampling with {len(self.seqs)} "
                                f"live sequences")
