@@ -211,3 +211,26 @@ def test_unpack_bitmask_reads_llguidance_bit_order():
     np.testing.assert_array_equal(unpack_bitmask(jnp.asarray(words), 70), expected[:, :70])
     assert unpack_bitmask(jnp.asarray(words), 100).shape == (3, 100)
     assert not np.asarray(unpack_bitmask(jnp.asarray(words), 100))[:, 96:].any()
+
+
+@pytest.mark.slow  # an engine compilation and sandbox runs
+def test_tool_loop_runs_only_parsing_blocks_under_the_mask(tok):
+    from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+    from agentic_jax.sandbox import Sandbox, SandboxConfig
+
+    model = _biased_model(tok)
+    prompt = tok.encode("Compute 2 + 3.\n", add_special_tokens=False)
+    errors = {}
+    with Sandbox(SandboxConfig(timeout_ms=3000, num_workers=2)) as sandbox:
+        for constrain in (False, True):
+            engine = Engine(model, EngineConfig(num_slots=8, page_size=16, max_seq_len=128))
+            cfg = AgentConfig(max_length=128, sampling=SamplingParams(1.0),
+                              constrain_code=constrain)
+            loop = AgentLoop(engine, tok, sandbox, ToolController(max_tool_calls=2,
+                             timeout_ms=3000, mode="fixed"), cfg)
+            episodes = loop.run([RowSpec(prompt)] * 8, jax.random.key(2)).episodes
+            errors[constrain] = [e for ep in episodes for e in ep.tool_errors]
+            calls = sum(ep.num_tool_calls for ep in episodes)
+            assert calls >= 4, constrain
+    assert "SyntaxError" in errors[False]
+    assert "SyntaxError" not in errors[True]

@@ -433,16 +433,12 @@ class Engine:
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
         allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
-        params = [s.request.sampling or cfg.sampling for s in running]
-        temperature = np.full(n, cfg.sampling.temperature, np.float32)
-        top_p = np.full(n, cfg.sampling.top_p, np.float32)
-        temperature[:len(running)] = [p.temperature for p in params]
-        top_p[:len(running)] = [p.top_p for p in params]
+        temperature, top_p, use_filter = self._row_sampling(running, n)
         out = pm.decode_jit(
             self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
             temperature, top_p, jnp.int32(return_after), allowed,
             num_steps=cfg.decode_steps if allowed is None else 1, top_k=cfg.sampling.top_k,
-            use_filter=any(p.use_filter for p in params), attention_impl=self.decode_impl)
+            use_filter=use_filter, attention_impl=self.decode_impl)
         self.kv = out.kv
         toks, lps, vals, count, stopped, steps = jax.device_get(
             (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
@@ -458,6 +454,18 @@ class Engine:
             self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], finished)
         self.stats.decode_s += time.perf_counter() - t0
         return True
+
+    def _row_sampling(self, running: list[Seq], rows_in_batch: int
+                      ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Per-row temperature and top-p (float32 [rows]; a request's own settings, else the
+        engine's) and whether any row truncates (the static ``use_filter``)."""
+        default = self.cfg.sampling
+        params = [s.request.sampling or default for s in running]
+        temperature = np.full(rows_in_batch, default.temperature, np.float32)
+        top_p = np.full(rows_in_batch, default.top_p, np.float32)
+        temperature[:len(params)] = [p.temperature for p in params]
+        top_p[:len(params)] = [p.top_p for p in params]
+        return temperature, top_p, any(p.use_filter for p in params)
 
     def _constrain(self, seq: Seq, toks) -> bool:
         """Advances the sequence's matcher over its new tokens, or starts one when its
