@@ -111,25 +111,21 @@ def test_random_walks_under_the_mask_always_parse(tok, constraint):
     assert finished >= 20
 
 
-def test_mask_of_all_ones_is_bitwise_the_unmasked_sample():
+def test_sample_step_mask():
+    """All bits set: bitwise the unmasked sample; one bit: that token, the policy's log-prob."""
     logits = jax.random.normal(jax.random.key(0), (4, 70)) * 3
     keys = jax.random.split(jax.random.key(1), 4)
     ones = jnp.full((4, bitmask_words(70)), -1, jnp.int32)
-    for t, p, f in ((1.0, 1.0, False), (0.7, 0.9, True), (0.0, 1.0, False)):
+    only = np.zeros((4, bitmask_words(70)), np.int32)
+    only[:, 1] = 1 << 5                                 # token 37 only
+    for t, p, f in ((0.7, 0.9, True), (0.0, 1.0, False)):
         free = sample_tokens(logits, keys, temperature=t, top_p=p, use_filter=f)
         masked = sample_tokens(logits, keys, temperature=t, top_p=p, use_filter=f, allowed=ones)
         np.testing.assert_array_equal(free[0], masked[0])
         np.testing.assert_array_equal(free[1], masked[1])
-
-
-def test_mask_restricts_tokens_and_keeps_policy_logprobs():
-    logits = jax.random.normal(jax.random.key(2), (3, 70))
-    allowed = np.zeros((3, bitmask_words(70)), np.int32)
-    allowed[:, 1] = 1 << 5                              # token 37 only
-    keys = jax.random.split(jax.random.key(3), 3)
-    for t in (1.0, 0.0):
-        tokens, logprobs = sample_tokens(logits, keys, temperature=t, allowed=jnp.asarray(allowed))
-        np.testing.assert_array_equal(tokens, [37, 37, 37])
+        tokens, logprobs = sample_tokens(logits, keys, temperature=t, top_p=p, use_filter=f,
+                                         allowed=jnp.asarray(only))
+        np.testing.assert_array_equal(tokens, [37] * 4)
         np.testing.assert_allclose(logprobs, jax.nn.log_softmax(logits)[:, 37], rtol=1e-6)
 
 

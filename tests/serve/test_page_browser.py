@@ -2,23 +2,21 @@
 Selenium) against a live server: one test per tool, each clicking through it as a person would
 and reading what the page then shows."""
 
-import shutil
-
 import pytest
 
 from agentic_jax.serve import ServeLimits
-from tests.serve.serve_testing import live_server
+from tests.serve.serve_testing import chromium, live_server
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (test extra)")
+if chromium() is None:
+    pytest.skip("needs selenium, a chromium browser and chromedriver "
+                "(pip install selenium; apt-get install chromium chromium-driver)",
+                allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-BROWSER = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
-                                                "google-chrome"))), None)
-DRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(BROWSER is None or DRIVER is None,
-                                reason="needs a chromium browser and chromedriver "
-                                       "(apt-get install chromium chromium-driver)")
+BROWSER, DRIVER = chromium()
 
 
 @pytest.fixture(scope="module")
