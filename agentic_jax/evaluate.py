@@ -3,7 +3,7 @@ r"""Evaluates a run's newest checkpoint on a split, with tools and without, or o
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
         [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
-        [--num_samples=16 --temperature=0.6 --top_p=0.95]
+        [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
 
 The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. On a
 split, writes ``DIR/eval_<split>.json``: accuracy with and without tools, pass@k (with
@@ -41,10 +41,13 @@ _BENCHMARKS = flags.DEFINE_string(
 _TEMPERATURE = flags.DEFINE_float("temperature", None,
                                   "Sampling temperature on benchmarks (default eval.temperature).")
 _TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling on benchmarks (default eval.top_p).")
+_CONSTRAIN = flags.DEFINE_boolean(
+    "constrain_code", False, "Mask tokens that cannot continue valid Python inside code blocks "
+    "(agentic_jax.rollout.constrain; needs llguidance).")
 
 
 def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
-                     **eval_settings: Any):
+                     constrain_code: bool = False, **eval_settings: Any):
     """The policy of ``workdir``'s newest checkpoint (published) and that checkpoint's step.
     ``eval_settings`` replace fields of the run's ``eval.*`` (never evaluated in training
     here); a bad one is a ValueError naming its flag."""
@@ -63,11 +66,16 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
                                                                  **settings))
     except ValueError as err:
         raise ValueError(f"--{err}") from None
-    return restored_policy(cfg, workdir)
+    policy, step = restored_policy(cfg, workdir)
+    if constrain_code:  # serving / evaluation only: training samples the policy unmasked
+        policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
+            policy.agent_cfg, constrain_code=True))
+    return policy, step
 
 
 def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
-                        limit: int = 0, overrides: Mapping[str, Any] | None = None) -> dict:
+                        limit: int = 0, overrides: Mapping[str, Any] | None = None,
+                        constrain_code: bool = False) -> dict:
     """Loads the newest checkpoint of ``workdir`` and evaluates it on ``split``; returns the
     results.
 
@@ -77,7 +85,7 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     from agentic_jax.rl.evaluation import eval_config, evaluate
     from agentic_jax.utils import write_json
 
-    policy, step = _restored_policy(config, workdir, overrides)
+    policy, step = _restored_policy(config, workdir, overrides, constrain_code)
     try:
         problems = policy.problems.test if split == "test" else policy.problems.train
         problems = problems[:limit] if limit else problems
@@ -97,7 +105,8 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
 def evaluate_checkpoint_on_benchmarks(
         config, workdir: str, benchmarks: str, *, num_samples: int | None = None,
         temperature: float | None = None, top_p: float | None = None,
-        overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
+        overrides: Mapping[str, Any] | None = None, constrain_code: bool = False
+) -> dict[str, dict]:
     """The newest checkpoint of ``workdir`` on ``benchmarks`` ("name=PATH,..."), with the
     tool loop; writes ``workdir/eval/`` and returns {name: result} (each with the
     checkpoint's ``step``). Unset settings take the run's ``eval.*`` values."""
@@ -105,7 +114,8 @@ def evaluate_checkpoint_on_benchmarks(
 
     if not benchmarks:
         raise ValueError("--benchmarks: expected name=PATH,..., got ''")
-    policy, step = _restored_policy(config, workdir, overrides, benchmarks=benchmarks,
+    policy, step = _restored_policy(config, workdir, overrides, constrain_code,
+                                    benchmarks=benchmarks,
                                     num_samples=num_samples, temperature=temperature,
                                     top_p=top_p)
     try:
@@ -129,11 +139,12 @@ def main(argv: list[str]) -> int:
             results = evaluate_checkpoint_on_benchmarks(
                 _CONFIG.value, _WORKDIR.value, _BENCHMARKS.value,
                 num_samples=_NUM_SAMPLES.value, temperature=_TEMPERATURE.value,
-                top_p=_TOP_P.value, overrides=overrides)
+                top_p=_TOP_P.value, overrides=overrides, constrain_code=_CONSTRAIN.value)
         else:
             results = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value,
                                           num_samples=_NUM_SAMPLES.value or 1,
-                                          limit=_LIMIT.value, overrides=overrides)
+                                          limit=_LIMIT.value, overrides=overrides,
+                                          constrain_code=_CONSTRAIN.value)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from agentic_jax.rollout import tools
+from agentic_jax.rollout.constrain import code_constraint
 from agentic_jax.rollout.controller import ToolController
 from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
@@ -51,6 +52,9 @@ class AgentConfig:
       replays the episode's earlier successful blocks before each new one).
     stop_ids: token ids that end an episode (e.g. `agentic_jax.data.tokenizer.stop_token_ids`
       of a pretrained model); empty: the tokenizer's EOS.
+    constrain_code: inside a ```python block, sample only tokens that keep the block valid
+      Python (`agentic_jax.rollout.constrain`). For serving and evaluation only: it changes
+      the sampling distribution that training's importance ratios assume.
     """
 
     max_length: int
@@ -59,6 +63,7 @@ class AgentConfig:
     stop_on_answer: bool = True
     stateful: bool = False
     stop_ids: tuple[int, ...] = ()
+    constrain_code: bool = False
 
     def __post_init__(self):
         if self.max_length <= 1:
@@ -75,12 +80,16 @@ class Phase(enum.Enum):
 
 
 class RowSpec(NamedTuple):
-    """What the caller knows of one episode before it starts."""
+    """What the caller knows of one episode before it starts. ``sampling`` (None: the
+    config's) and ``key`` (a PRNG key; None: the row's share of `AgentLoop.run`'s rng) let
+    rows of one batch sample with their own settings and seeds (serving)."""
 
     prompt: Sequence[int]
     difficulty: float = 0.5
     stage: str = "default"
     group_id: int = 0
+    sampling: SamplingParams | None = None
+    key: Any = None
 
 
 class RolloutResult(NamedTuple):
@@ -138,6 +147,8 @@ class AgentLoop:
         self.controller, self.cfg = controller, cfg
         self.end_ids = tuple(_end_ids(tokenizer, cfg.stop_ids))
         self.pause_ids = _pause_ids(tokenizer)
+        self.constraint = (code_constraint(tokenizer, engine.model_cfg.vocab_size)
+                           if cfg.constrain_code else None)
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -168,8 +179,9 @@ class AgentLoop:
             jax.random.split(rng, total_rows)[row_offset:row_offset + n]))
         timer = PhaseTimer()
         try:
-            for b, row in enumerate(rows):
-                engine.submit(self._request(b, row, keys[b]))
+            for b, (row, spec) in enumerate(zip(rows, specs)):
+                key = keys[b] if spec.key is None else np.asarray(jax.random.key_data(spec.key))
+                engine.submit(self._request(b, row, key, spec.sampling))
             while any(r.phase is not Phase.DONE for r in rows):
                 self._collect_tools(rows, timer)
                 self._append_outputs(rows)
@@ -208,7 +220,8 @@ class AgentLoop:
                             timeout_ms=decision.timeout_ms, stage=spec.stage,
                             difficulty=spec.difficulty, group_id=spec.group_id))
 
-    def _request(self, b: int, row: _Row, key: np.ndarray) -> Request:
+    def _request(self, b: int, row: _Row, key: np.ndarray,
+                 sampling: SamplingParams | None) -> Request:
         def pause(turn: Sequence[int]) -> int | None:
             row.event = self._turn_event(list(turn))
             return None if row.event is None else row.event.cut
@@ -216,7 +229,8 @@ class AgentLoop:
         prompt = tuple(row.episode.prompt_tokens)
         return Request(request_id=b, prompt=prompt,
                        max_new_tokens=self.cfg.max_length - len(prompt), key=key,
-                       stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids)
+                       stop_tokens=self.end_ids, pause=pause, pause_tokens=self.pause_ids,
+                       sampling=sampling, constraint=self.constraint)
 
     # ------------------------------------------------------------------ DECODING
 

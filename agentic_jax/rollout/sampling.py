@@ -44,6 +44,7 @@ def sample_tokens(
     top_k: int = 0,
     top_p: float | jax.Array = 1.0,
     use_filter: bool = False,
+    allowed: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Samples one token per row.
 
@@ -51,20 +52,46 @@ def sample_tokens(
       logits: [B, V] float32 next-token logits.
       keys: [B] PRNG keys, one per row, so that a row's draw does not depend on which other rows
         are decoding alongside it.
-      temperature: 0 is greedy (argmax); otherwise logits are divided by it.
+      temperature: 0 is greedy (argmax); otherwise logits are divided by it. A scalar, or one
+        per row ([B]), so that rows with different settings share one batch.
       top_k, top_p: truncation (see `filter_logits`), applied only when ``use_filter`` (static),
-        so the common untruncated case compiles without a vocabulary sort.
+        so the common untruncated case compiles without a vocabulary sort. ``top_p`` may be
+        per row ([B]); with ``top_k == 0`` a row whose top_p is 1 then keeps its logits as
+        they are, exactly as it would be sampled without the filter.
+      allowed: optional int32 [B, ceil(V / 32)] bitmasks (bit j of word i allows token
+        32 * i + j), applied before truncation and greedy choice; None leaves the program as
+        it is without masks.
 
     Returns:
       (tokens int32 [B], logprobs float32 [B]) with logprobs under the untempered policy.
     """
-    logits = logits.astype(jnp.float32)
+    logits = policy = logits.astype(jnp.float32)
+    if allowed is not None:
+        logits = jnp.where(unpack_bitmask(allowed, logits.shape[-1]), logits,
+                           jnp.finfo(logits.dtype).min)
     greedy = jnp.argmax(logits, axis=-1)
-    safe_t = jnp.maximum(jnp.asarray(temperature, jnp.float32), 1e-6)
-    scaled = logits / safe_t
+    temperature = jnp.asarray(temperature, jnp.float32)
+    per_row = temperature.ndim == 1
+    safe_t = jnp.maximum(temperature, 1e-6)
+    scaled = logits / (safe_t[:, None] if per_row else safe_t)
     if use_filter:
-        scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
+        top_p = jnp.asarray(top_p, jnp.float32)
+        if top_p.ndim == 1:
+            filtered = filter_logits(scaled, top_k=top_k, top_p=top_p[:, None])
+            keep_all = (top_p >= 1.0) & (top_k == 0)
+            scaled = jnp.where(keep_all[:, None], scaled, filtered)
+        else:
+            scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
     sampled = jax.vmap(jax.random.categorical)(keys, scaled)
-    tokens = jnp.where(jnp.asarray(temperature) > 0, sampled, greedy).astype(jnp.int32)
-    logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[:, None], axis=-1)
+    tokens = jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32)
+    logprobs = jnp.take_along_axis(jax.nn.log_softmax(policy, axis=-1), tokens[:, None], axis=-1)
     return tokens, logprobs[:, 0]
+
+
+def unpack_bitmask(allowed: jax.Array, vocab_size: int) -> jax.Array:
+    """int32 [B, W] bitmasks -> bool [B, vocab_size] (tokens past 32 * W are not allowed)."""
+    bits = (allowed[:, :, None] >> jnp.arange(32, dtype=allowed.dtype)) & 1
+    bits = bits.reshape(allowed.shape[0], -1).astype(bool)
+    if bits.shape[1] < vocab_size:
+        bits = jnp.pad(bits, ((0, 0), (0, vocab_size - bits.shape[1])))
+    return bits[:, :vocab_size]

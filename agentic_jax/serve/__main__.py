@@ -1,6 +1,6 @@
 r"""Serves a policy with its tool loop: an OpenAI-compatible API and the tools' web page.
 
-    python -m agentic_jax.serve --workdir=RUN [--port=8000] [--host=127.0.0.1]
+    python -m agentic_jax.serve --workdir=RUN [--port=8000] [--host=127.0.0.1] [--constrain_code]
     python -m agentic_jax.serve --config=configs/math_ppo.py --config.model.path=HF_DIR
 
 Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``,
@@ -10,6 +10,7 @@ says otherwise: the sandbox runs code that clients' prompts lead the policy to w
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -36,6 +37,9 @@ _MAX_N = flags.DEFINE_integer("max_n", 8, "Largest n a request may ask.")
 _TIMEOUT = flags.DEFINE_float("request_timeout_s", 300.0, "A request's wait for its reply.")
 _BATCH_WAIT = flags.DEFINE_integer("batch_wait_ms", 20, "Wait after a first request for "
                                    "others to share its batch.")
+_CONSTRAIN = flags.DEFINE_boolean(
+    "constrain_code", False, "Inside ```python blocks, mask tokens that cannot continue valid "
+    "Python (agentic_jax.rollout.constrain; needs llguidance).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed of the first batch (later ones fold "
                              "in their index).")
 
@@ -61,7 +65,17 @@ def main(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    service = Service.start(loaded.policy, limits, model_name=loaded.name, seed=_SEED.value)
+    policy = loaded.policy
+    if _CONSTRAIN.value:  # serving only: training samples the policy unmasked
+        from agentic_jax.rollout.constrain import code_constraint
+        try:
+            code_constraint(policy.tokenizer, policy.engine.model_cfg.vocab_size)
+        except (ImportError, ValueError) as err:
+            print(f"error: --constrain_code: {err}", file=sys.stderr)
+            return 2
+        policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
+            policy.agent_cfg, constrain_code=True))
+    service = Service.start(policy, limits, model_name=loaded.name, seed=_SEED.value)
     try:
         print(f"serving {loaded.name} on http://{_HOST.value}:{_PORT.value}/ (pid {os.getpid()})",
               flush=True)

@@ -57,7 +57,8 @@ async def chat_completions(service: Any, request: Request):
     job = Job(prompt=prompt, n=chat_request.n,
               sampling=SamplingParams(temperature=chat_request.temperature,
                                       top_p=chat_request.top_p),
-              max_new_tokens=max_new, on_update=stream.on_update, on_finish=stream.on_finish)
+              max_new_tokens=max_new, on_update=stream.on_update, on_finish=stream.on_finish,
+              seed=chat_request.seed)
     try:
         worker.submit(job)
     except QueueFull as err:

@@ -63,6 +63,7 @@ class ChatRequest(pydantic.BaseModel):
     max_tokens: int | None = pydantic.Field(None, ge=1)
     max_completion_tokens: int | None = pydantic.Field(None, ge=1)
     stop: str | list[str] | None = None
+    seed: int | None = pydantic.Field(None, ge=0, lt=2**32)
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": true}: a last chunk with usage
     # Accepted for OpenAI clients; they do not change what is sampled.

@@ -3,9 +3,9 @@
 The rollout engine holds one batch at a time, so HTTP handlers never touch it: they `submit` a
 `Job` (a prompt, its n choices, sampling settings, a completion-token limit and callbacks) and
 the worker thread collects the jobs waiting when it is free — up to ``max_batch_rows``
-episodes, all with the same sampling settings (the engine samples a whole batch with one
-temperature / top-p) — into one `AgentLoop.run`. Jobs that arrive during a run wait for the
-next one; the queue is bounded (`QueueFull`).
+episodes, each row with its job's own temperature / top-p and, when the job gives one, its own
+seed — into one `AgentLoop.run`. Jobs that arrive during a run wait for the next one; the
+queue is bounded (`QueueFull`).
 
 Callbacks run on the worker thread: ``on_update(choice, episode, kind)`` as an episode grows
 (the `AgentLoop` hook: "model", "tool", "done") and ``on_finish(episodes, error)`` once.
@@ -39,7 +39,8 @@ class QueueFull(Exception):
 @dataclasses.dataclass
 class Job:
     """One request: ``n`` episodes of ``prompt`` (token ids), each cut at ``max_new_tokens``
-    response tokens by the caller (a batch runs to its longest job's limit)."""
+    response tokens by the caller (a batch runs to its longest job's limit). With ``seed``,
+    choice c samples with ``fold_in(key(seed), c)``, whatever else shares its batch."""
 
     prompt: Sequence[int]
     n: int
@@ -48,6 +49,7 @@ class Job:
     on_update: UpdateFn
     on_finish: FinishFn
     tools: bool = True
+    seed: int | None = None
 
 
 @dataclasses.dataclass
@@ -126,7 +128,7 @@ class BatchWorker:
 
     def _next_batch(self) -> list[Job] | None:
         """Waits for a job, then ``batch_wait_ms`` (or until the batch is full) for others;
-        takes, in arrival order, the jobs with the first one's sampling settings that fit."""
+        takes, in arrival order, the jobs with the first one's tool mode and top-k that fit."""
         with self._cond:
             while not self._pending and not self._closed:
                 self._cond.wait()
@@ -159,6 +161,10 @@ class BatchWorker:
                                     mode="fixed" if first.tools else "forbidden")
         agent = policy.agent(controller, dataclasses.replace(
             policy.agent_cfg, sampling=first.sampling, max_length=max_length))
+        specs = [RowSpec(list(j.prompt), sampling=j.sampling,
+                         key=None if j.seed is None else jax.random.fold_in(
+                             jax.random.key(j.seed), choice))
+                 for j, choice in owners]
 
         def hook(b: int, episode: Episode, kind: str) -> None:
             job, choice = owners[b]
@@ -167,8 +173,7 @@ class BatchWorker:
         started = time.perf_counter()
         rng = jax.random.fold_in(self._root, self.stats.runs)
         try:
-            result = agent.run([RowSpec(list(j.prompt)) for j, _ in owners], rng,
-                               on_update=hook)
+            result = agent.run(specs, rng, on_update=hook)
         except Exception as err:  # one bad batch must not stop the server
             logger.exception("rollout of %d requests failed", len(batch))
             for job in batch:
@@ -192,4 +197,5 @@ class BatchWorker:
 
 
 def _batch_key(job: Job) -> tuple:
-    return (job.sampling.temperature, job.sampling.top_p, job.sampling.top_k, job.tools)
+    # Temperature and top-p are per row in the engine; top-k is one static per batch.
+    return (job.sampling.top_k, job.tools)

@@ -1,6 +1,8 @@
 """A live server on a random loopback port, for API tests with a real HTTP client."""
 
 import contextlib
+import importlib.util
+import shutil
 import socket
 import threading
 import time
@@ -8,6 +10,16 @@ import time
 import uvicorn
 
 from agentic_jax.serve import ServeLimits, Service, create_app
+
+
+def chromium() -> tuple[str, str] | None:
+    """(browser, chromedriver) paths when the headless-browser page tests can run, else None."""
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                    "google-chrome"))), None)
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None or importlib.util.find_spec("selenium") is None:
+        return None
+    return browser, driver
 
 
 @contextlib.contextmanager

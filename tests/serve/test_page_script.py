@@ -1,5 +1,6 @@
 """The page's script, run by Node against a live server with a minimal DOM: each tool's
-handler sends its request and shows the reply (not a real browser: layout is not checked)."""
+handler sends its request and shows the reply (not a real browser: layout is not checked). It
+runs where no headless Chromium is installed; test_page_browser.py covers it otherwise."""
 
 import json
 import pathlib
@@ -11,13 +12,15 @@ import httpx
 import pytest
 
 from agentic_jax.serve import ServeLimits
-from tests.serve.serve_testing import live_server
+from tests.serve.serve_testing import chromium, live_server
 
 HERE = pathlib.Path(__file__).parent
 PAGE = HERE.parents[1] / "agentic_jax" / "serve" / "static" / "index.html"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+@pytest.mark.skipif(chromium() is not None, reason="test_page_browser.py drives the same tools "
+                                                   "in a real browser")
 def test_every_tool_of_the_page_talks_to_the_server(tiny_policy, tmp_path):
     script = tmp_path / "page.js"
     script.write_text(re.search(r"<script>(.*)</script>", PAGE.read_text(), re.S).group(1))

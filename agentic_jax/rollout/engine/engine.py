@@ -14,6 +14,7 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.kernels.paged_attention import PagePairs
+from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.pages import PagePool, page_bytes, pool_size
 from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
@@ -92,8 +93,8 @@ class Engine:
         return old
 
     def set_sampling(self, sampling: SamplingParams) -> None:
-        """Temperature / top-p / top-k of the requests submitted from now on; only while the
-        engine holds no sequence (every live one samples with the same settings)."""
+        """Temperature / top-p / top-k of the requests submitted from now on that set none of
+        their own; only while the engine holds no sequence (top-k is one for all)."""
         if self.seqs:
             raise RuntimeError(f"rollout engine: cannot change sampling with {len(self.seqs)} "
                                f"live sequences")
@@ -118,6 +119,9 @@ class Engine:
             raise ValueError(f"request {request.request_id!r}: prompt {len(prompt)} + "
                              f"max_new_tokens {request.max_new_tokens} exceeds max_seq_len "
                              f"{self.cfg.max_seq_len}")
+        if request.sampling is not None and request.sampling.top_k != self.cfg.sampling.top_k:
+            raise ValueError(f"request {request.request_id!r}: top_k {request.sampling.top_k} "
+                             f"differs from the engine's {self.cfg.sampling.top_k}")
         self._stop_width = max(self._stop_width,
                                len(request.stop_tokens) + len(request.pause_tokens))
         prefix = self.prefixes.setdefault(tuple(prompt[:-1]), Prefix(tokens=tuple(prompt[:-1])))
@@ -136,7 +140,7 @@ class Engine:
         seq.tokens.extend(kept)
         seq.budget -= len(kept)
         seq.turn_start = len(seq.tokens)
-        seq.logprobs, seq.values = [], []
+        seq.logprobs, seq.values, seq.matcher = [], [], None
         if seq.budget <= 0:
             self._finish(seq, "length")
             return
@@ -428,11 +432,13 @@ class Engine:
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         return_after = 1 if self.waiting else n + 1
+        allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
+        temperature, top_p, use_filter = self._row_sampling(running, n)
         out = pm.decode_jit(
             self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
-            jnp.float32(cfg.sampling.temperature), jnp.float32(cfg.sampling.top_p),
-            jnp.int32(return_after), num_steps=cfg.decode_steps, top_k=cfg.sampling.top_k,
-            use_filter=cfg.sampling.use_filter, attention_impl=self.decode_impl)
+            temperature, top_p, jnp.int32(return_after), allowed,
+            num_steps=cfg.decode_steps if allowed is None else 1, top_k=cfg.sampling.top_k,
+            use_filter=use_filter, attention_impl=self.decode_impl)
         self.kv = out.kv
         toks, lps, vals, count, stopped, steps = jax.device_get(
             (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
@@ -448,6 +454,33 @@ class Engine:
             self._take_tokens(seq, toks[i, :k], lps[i, :k], vals[i, :k], finished)
         self.stats.decode_s += time.perf_counter() - t0
         return True
+
+    def _row_sampling(self, running: list[Seq], rows_in_batch: int
+                      ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Per-row temperature and top-p (float32 [rows]; a request's own settings, else the
+        engine's) and whether any row truncates (the static ``use_filter``)."""
+        default = self.cfg.sampling
+        params = [s.request.sampling or default for s in running]
+        temperature = np.full(rows_in_batch, default.temperature, np.float32)
+        top_p = np.full(rows_in_batch, default.top_p, np.float32)
+        temperature[:len(params)] = [p.temperature for p in params]
+        top_p[:len(params)] = [p.top_p for p in params]
+        return temperature, top_p, any(p.use_filter for p in params)
+
+    def _constrain(self, seq: Seq, toks) -> bool:
+        """Advances the sequence's matcher over its new tokens, or starts one when its
+        constraint asks (cutting the turn there); True when tokens were cut."""
+        if seq.matcher is not None:
+            for t in toks:
+                seq.matcher.advance(int(t))
+            return False
+        started = seq.request.constraint.start(seq.tokens[seq.turn_start:])
+        if started is None:
+            return False
+        keep, seq.matcher = started
+        drop = len(seq.tokens) - seq.turn_start - keep
+        self._truncate(seq, drop)
+        return drop > 0
 
     def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is
@@ -471,6 +504,8 @@ class Engine:
         seq.values.extend(float(x) for x in vals)
         seq.length += len(toks)
         seq.budget -= len(toks)
+        if seq.request.constraint is not None and self._constrain(seq, toks):
+            stopped = False       # the cut dropped the stop token with what followed the opener
         hook = seq.request.pause
         cut = None if hook is None else hook(seq.tokens[seq.turn_start:])
         if cut is not None:
@@ -479,6 +514,7 @@ class Engine:
             self._truncate(seq, turn - cut)
             self._emit(seq, "paused", "pause")
             self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
+            seq.matcher = None
         elif stopped:
             self._finish(seq, "stop")
         elif seq.budget <= 0:

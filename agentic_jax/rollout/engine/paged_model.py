@@ -152,9 +152,14 @@ def _prefill(graphdef, params, kv: PagedKV, tokens, start, chunk_lens, block_tab
 
 
 def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs: PagePairs,
-            temperature, top_p, return_after, *, num_steps: int, top_k: int, use_filter: bool,
-            attention_impl: str) -> DecodeOut:
+            temperature, top_p, return_after, allowed=None, *, num_steps: int, top_k: int,
+            use_filter: bool, attention_impl: str) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
+
+    ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
+    ``allowed``: optional int32 [S, ceil(V / 32)] allowed-token bitmasks (see `sample_tokens`),
+    the same at every step (the engine passes one with ``num_steps=1``); None compiles the
+    unmasked program.
 
     Attention reads ``pairs`` (every page of every live slot, covering the whole round trip)
     when ``attention_impl`` is "xla", the block tables otherwise.
@@ -183,7 +188,7 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
         values = jnp.zeros((num_slots,)) if values is None else values[:, 0]
         keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)
         tok, lp = sample_tokens(logits, keys, temperature=temperature, top_k=top_k,
-                                top_p=top_p, use_filter=use_filter)
+                                top_p=top_p, use_filter=use_filter, allowed=allowed)
         live = st.live
         toks = toks.at[:, step].set(jnp.where(live, tok, 0))
         lps = lps.at[:, step].set(jnp.where(live, lp, 0.0))

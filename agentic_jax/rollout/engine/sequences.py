@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,7 @@ class Seq:
     pages: the block table; a fork's first pages are its prefix's (shared, never written).
     turn_start: index in ``tokens`` where the current turn's model tokens begin.
     order: admission stamp; the newest sequence is preempted first.
+    matcher: the turn's token constraint state while it samples under a mask (else None).
     """
 
     request: Request
@@ -56,6 +58,7 @@ class Seq:
     turn_start: int = 0
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
+    matcher: Any = None
 
     @property
     def context_len(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Hashable, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -30,7 +30,7 @@ class EngineConfig:
     prefill_tokens_per_step: prefill calls per step continue until this many context tokens
       are written (or none is left), then the step decodes.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
-    sampling: temperature / top-p / top-k, shared by all requests.
+    sampling: temperature / top-p / top-k of requests that set none (top-k: of all requests).
     """
 
     num_slots: int = 32
@@ -76,6 +76,12 @@ class Request:
       pause_tokens: ids after which the slot stops for the rest of its round trip so that the
         pause hook sees them at once (e.g. a one-token closing code fence); the sequence goes on
         decoding when the hook returns None.
+      sampling: this request's temperature / top-p (None: the engine's ``cfg.sampling``);
+        rows with different settings decode in one batch. Its top_k must be the engine's.
+      constraint: optional token constraint (`agentic_jax.rollout.constrain.CodeConstraint`):
+        after each unmasked round trip ``constraint.start(turn)`` returns None, or (n, matcher)
+        to keep the turn's first n tokens and sample on one token per round trip with
+        ``matcher.fill(bitmask_row)`` / ``matcher.advance(token)`` until the turn ends.
     """
 
     request_id: Hashable
@@ -85,6 +91,8 @@ class Request:
     stop_tokens: tuple[int, ...] = ()
     pause: PauseHook | None = None
     pause_tokens: tuple[int, ...] = ()
+    sampling: SamplingParams | None = None
+    constraint: Any = None
 
 
 class Event(NamedTuple):
