@@ -1,0 +1,82 @@
+"""tools/default_run_report.py: the README section and figure come from the runs' own files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _held_out(acc: float, code: float, length: float) -> dict:
+    return {"accuracy": acc, "code_use_rate": code, "response_length": length,
+            "accuracy/arithmetic": acc, "accuracy/algebra": acc / 2, "num_problems": 128.0}
+
+
+def _fake_run(path: Path, seed: int, final_acc: float) -> None:
+    path.mkdir()
+    config = {"seed": seed, "warmstart": {"steps": 3500},
+              "training": {"total_steps": 6, "batch_size": 32},
+              "rl": {"group_size": 4},
+              "data": {"kinds": ["sum", "quadratic"], "stages": ["arithmetic", "algebra"],
+                       "scheduler_threshold": 0.7}}
+    (path / "config.json").write_text(json.dumps({"config": config, "num_params": 896897}))
+    summary = {"num_params": 896897, "steps": 6, "wall_time_s": 601.0, "peak_rss_mb": 2200.0,
+               "warmstart": {"warmstart/tool_fraction": 0.3},
+               "initial": {"tools": _held_out(0.03, 0.0, 45.0),
+                           "direct": _held_out(0.0, 0.0, 40.0)},
+               "final": {"tools": _held_out(final_acc, 0.99, 47.5),
+                         "direct": _held_out(0.0, 0.0, 41.0)}}
+    (path / "summary.json").write_text(json.dumps(summary))
+    with open(path / "metrics.jsonl", "w") as f:
+        for step in range(1, 7):
+            f.write(json.dumps({"step": step, "accuracy": step / 10, "code_use_rate": step / 7,
+                                "response_length": 40 + step}) + "\n")
+    with open(path / "transcripts.jsonl", "w") as f:
+        for step, code in ((0, False), (6, True)):
+            for stage in ("arithmetic", "algebra", "arithmetic"):
+                response = ("Let me compute it with Python.\n```python\nprint(2 + 3)\n```"
+                            if code else "Let me write it out.\n2 + 3 = 6.")
+                f.write(json.dumps({"step": step, "source": "eval", "stage": stage,
+                                    "prompt": "Problem: Compute 2 + 3.\nSolution:\n",
+                                    "response": response, "correct": code,
+                                    "reference": "5"}) + "\n")
+
+
+def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
+    _fake_run(tmp_path / "s0", 0, 0.93)
+    _fake_run(tmp_path / "s1", 1, 0.88)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\nbefore\n<!-- default-run:begin -->\nold text\n"
+                      "<!-- default-run:end -->\nafter\n")
+    out = tmp_path / "results"
+    subprocess.run([sys.executable, str(_REPO / "tools" / "default_run_report.py"),
+                    str(tmp_path / "s0"), str(tmp_path / "s1"), f"--out_dir={out}",
+                    f"--readme={readme}"], check=True, capture_output=True, cwd=_REPO)
+    assert (out / "default_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    section = (out / "default_run.md").read_text()
+    assert "](default_run.png)" in section
+    assert "| accuracy with tools | 0.030 | **0.930** | 0.030 | **0.880** |" in section
+    assert "| code-use rate | 0.000 | **0.990** | 0.000 | **0.990** |" in section
+    assert "seed 0 10 min 01 s, 2.1 GB" in section
+    # Training curves: means of the first and last five of the six steps.
+    assert "code-use rate 0.43 -> 0.57" in section
+    # One transcript per stage from the first and the last evaluation.
+    assert section.count("```text") == 4 and "step 6" in section
+    text = readme.read_text()
+    assert "old text" not in text and text.startswith("# x\n\nbefore\n")
+    assert text.endswith("<!-- default-run:end -->\nafter\n")
+    assert f"]({out}/default_run.png)" in text
+    assert "| accuracy with tools | 0.030 | **0.930** |" in text
+
+
+def test_report_leaves_a_readme_without_markers_alone(tmp_path):
+    _fake_run(tmp_path / "s0", 0, 0.9)
+    readme = tmp_path / "README.md"
+    readme.write_text("# nothing to replace\n")
+    result = subprocess.run([sys.executable, str(_REPO / "tools" / "default_run_report.py"),
+                             str(tmp_path / "s0"), f"--out_dir={tmp_path / 'r'}",
+                             f"--readme={readme}"], check=True, capture_output=True, text=True,
+                            cwd=_REPO)
+    assert readme.read_text() == "# nothing to replace\n"
+    assert "left as it is" in result.stdout

@@ -1,0 +1,218 @@
+"""The README's Results section and docs/results/ from the default run's own outputs.
+
+  python -m agentic_jax.train --config=configs/math_ppo.py --workdir=runs/default
+  python -m agentic_jax.train --config=configs/math_ppo.py --workdir=runs/default_seed1 \\
+      --config.seed=1
+  python tools/default_run_report.py runs/default runs/default_seed1
+
+Reads each run directory's config.json, summary.json, metrics.jsonl and transcripts.jsonl and
+writes:
+  docs/results/default_run.png   code-use rate, accuracy and response length against step, one
+                                 figure, every seed (the held-out values before and after RL as
+                                 markers);
+  docs/results/default_run.md    the section itself: the recipe, the held-out table of every
+                                 seed, the curves' start and end, and held-out transcripts from
+                                 before and after RL;
+  README.md                      the same section, between the markers
+                                 <!-- default-run:begin --> and <!-- default-run:end -->.
+Nothing else in the README changes; without the markers it is left alone and the tool says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Sequence
+
+from absl import app, flags
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from agentic_jax.utils import read_json, read_metrics
+
+_OUT_DIR = flags.DEFINE_string("out_dir", "docs/results", "Where the figure and section go.")
+_README = flags.DEFINE_string("readme", "README.md", "The README to update ('' to skip).")
+_EDGE = 5  # steps averaged at each end of a training curve
+
+BEGIN, END = "<!-- default-run:begin -->", "<!-- default-run:end -->"
+FIGURE, SECTION = "default_run.png", "default_run.md"
+
+
+class Run:
+    """One run directory's outputs."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.config = read_json(os.path.join(path, "config.json"))["config"]
+        self.summary = read_json(os.path.join(path, "summary.json"))
+        self.records, _ = read_metrics(os.path.join(path, "metrics.jsonl"))
+        self.transcripts = _read_jsonl(os.path.join(path, "transcripts.jsonl"))
+        self.seed = int(self.config["seed"])
+
+    def held_out(self, phase: str, mode: str, key: str) -> float:
+        return float(self.summary[phase][mode].get(key, float("nan")))
+
+    def curve(self, key: str) -> tuple[list[int], list[float]]:
+        pairs = [(r["step"], r[key]) for r in self.records if isinstance(r.get(key), (int, float))]
+        return [s for s, _ in pairs], [v for _, v in pairs]
+
+    def ends(self, key: str) -> tuple[float, float]:
+        _, values = self.curve(key)
+        n = min(_EDGE, len(values))
+        return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot(runs: Sequence[Run], out_png: str) -> None:
+    fig = Figure(figsize=(9, 5), layout="constrained")
+    ax = fig.subplots()
+    right = ax.twinx()
+    styles = ("-", "--", ":")
+    for i, run in enumerate(runs):
+        ls, tag = styles[i % len(styles)], f"seed {run.seed}"
+        last = run.summary["steps"]
+        for key, color, label in (("code_use_rate", "C0", "code-use rate"),
+                                  ("accuracy", "C2", "accuracy")):
+            ax.plot(*run.curve(key), ls, color=color, label=f"{label} ({tag})")
+            ax.plot([0, last], [run.held_out("initial", "tools", key),
+                                run.held_out("final", "tools", key)],
+                    "o", color=color, markersize=7, markerfacecolor="none" if i else color)
+        right.plot(*run.curve("response_length"), ls, color="C3",
+                   label=f"response length ({tag})")
+    ax.set(xlabel="RL step", ylabel="rate (training episodes; circles: held-out, greedy)",
+           ylim=(-0.02, 1.02))
+    right.set_ylabel("response length (tokens)", color="C3")
+    ax.grid(alpha=0.3)
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="center right")
+    fig.suptitle("The default run: code use, accuracy and response length grow together")
+    os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
+    FigureCanvasAgg(fig).print_png(out_png)
+
+
+def _pick_transcripts(run: Run) -> tuple[list[dict], list[dict]]:
+    """Held-out transcripts at the first and the last evaluation, one per stage."""
+    evals = [t for t in run.transcripts if t.get("source") == "eval"]
+    if not evals:
+        return [], []
+    first, last = min(t["step"] for t in evals), max(t["step"] for t in evals)
+
+    def one_per_stage(step: int) -> list[dict]:
+        seen, out = set(), []
+        for t in evals:
+            stage = t.get("stage", "")
+            if t["step"] == step and stage not in seen:
+                seen.add(stage)
+                out.append(t)
+        return out
+
+    return one_per_stage(first), one_per_stage(last)
+
+
+def _transcript_block(t: dict) -> str:
+    verdict = "correct" if t["correct"] else f"wrong (reference {t['reference']})"
+    prompt = re.sub(r"<\|[^|]*\|>", "", t["prompt"]).rstrip("\n")
+    return f"```text\n{prompt}\n{t['response'].rstrip()}\n```\n{verdict}\n"
+
+
+def _fmt_time(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(round(seconds % 60)):02d} s"
+
+
+def section(runs: Sequence[Run], figure_path: str) -> str:
+    main = runs[0]
+    c = main.config
+    ws = main.summary.get("warmstart", {})
+    seeds = ", ".join(str(r.seed) for r in runs)
+    lines = [
+        "`python -m agentic_jax.train --config=configs/math_ppo.py` on 2 CPU cores, seeds "
+        f"{seeds} (the second with `--config.seed=1`). A "
+        f"{main.summary['num_params'] / 1e6:.1f}M-parameter model is warm-started for "
+        f"{c['warmstart']['steps']:,} supervised steps, in which "
+        f"{ws.get('warmstart/tool_fraction', float('nan')):.0%} of the examples use the tool; "
+        f"then {c['training']['total_steps']} PPO steps of {c['training']['batch_size']} "
+        f"prompts x {c['rl']['group_size']} samples on {', '.join(c['data']['kinds'])} "
+        f"({' then '.join(c['data']['stages'])}: the curriculum moves on at "
+        f"{c['data']['scheduler_threshold']:.0%} rolling accuracy).",
+        "",
+        "| held-out (greedy) | " + " | ".join(
+            f"seed {r.seed}: warm start | seed {r.seed}: after RL" for r in runs) + " |",
+        "| --- |" + " --- | --- |" * len(runs),
+    ]
+    rows = (("accuracy with tools", "tools", "accuracy", "{:.3f}"),
+            ("code-use rate", "tools", "code_use_rate", "{:.3f}"),
+            ("response length (tokens)", "tools", "response_length", "{:.1f}"),
+            ("accuracy, arithmetic", "tools", "accuracy/arithmetic", "{:.3f}"),
+            ("accuracy, algebra (quadratics)", "tools", "accuracy/algebra", "{:.3f}"),
+            ("accuracy without tools", "direct", "accuracy", "{:.3f}"))
+    for label, mode, key, fmt in rows:
+        cells = []
+        for r in runs:
+            cells += [fmt.format(r.held_out("initial", mode, key)),
+                      "**" + fmt.format(r.held_out("final", mode, key)) + "**"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    n = int(main.held_out("initial", "tools", "num_problems"))
+    lines += ["", f"Held-out: {n} problems, the stages taking turns. Wall time and peak memory "
+              "(resident set of the training process): " + "; ".join(
+                  f"seed {r.seed} {_fmt_time(r.summary['wall_time_s'])}, "
+                  f"{r.summary['peak_rss_mb'] / 1024:.1f} GB" for r in runs
+                  if "wall_time_s" in r.summary) + ".", "",
+              f"![code use, accuracy and response length vs step]({figure_path})", ""]
+    for r in runs:
+        parts = []
+        for key, label, fmt in (("code_use_rate", "code-use rate", "{:.2f}"),
+                                ("accuracy", "accuracy", "{:.2f}"),
+                                ("response_length", "response length", "{:.1f}")):
+            a, b = r.ends(key)
+            parts.append(f"{label} {fmt.format(a)} -> {fmt.format(b)}")
+        lines.append(f"- Training episodes, seed {r.seed} (means of the first and last "
+                     f"{_EDGE} steps): " + ", ".join(parts) + ".")
+    before, after = _pick_transcripts(main)
+    for title, picked in (("Before RL", before), ("After RL", after)):
+        if picked:
+            lines += ["", f"{title} (held-out, seed {main.seed}, step {picked[0]['step']}):",
+                      ""]
+            lines += [_transcript_block(t) for t in picked]
+    lines += ["", "Regenerate this section, the figure and docs/results/default_run.md: "
+              "`python tools/default_run_report.py RUN_DIR [RUN_DIR ...]`."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def update_readme(readme: str, text: str) -> bool:
+    with open(readme, encoding="utf-8") as f:
+        old = f.read()
+    if BEGIN not in old or END not in old:
+        return False
+    head, rest = old.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(f"{head}{BEGIN}\n{text}{END}{tail}")
+    return True
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise app.UsageError("give one or more run directories, seed 0 first")
+    runs = [Run(path) for path in argv[1:]]
+    out_dir = _OUT_DIR.value
+    plot(runs, os.path.join(out_dir, FIGURE))
+    with open(os.path.join(out_dir, SECTION), "w", encoding="utf-8") as f:
+        f.write(section(runs, FIGURE))
+    text = section(runs, os.path.join(out_dir, FIGURE))
+    print(f"wrote {os.path.join(out_dir, FIGURE)} and {os.path.join(out_dir, SECTION)}")
+    if _README.value:
+        if update_readme(_README.value, text):
+            print(f"updated {_README.value}")
+        else:
+            print(f"{_README.value}: no {BEGIN} ... {END} markers; left as it is")
+
+
+if __name__ == "__main__":
+    app.run(main)
