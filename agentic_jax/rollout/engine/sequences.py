@@ -40,6 +40,8 @@ class Seq:
       len(tokens) - 1, and equal to it while decoding.
     pages: the block table; a fork's first pages are its prefix's (shared, never written).
     turn_start: index in ``tokens`` where the current turn's model tokens begin.
+    logprobs / values / versions: per model token of the current turn, its log-prob, the value
+      before it and the policy version (`Engine.update_params`) that sampled it.
     order: admission stamp; the newest sequence is preempted first.
     """
 
@@ -56,6 +58,7 @@ class Seq:
     turn_start: int = 0
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def context_len(self) -> int:
