@@ -20,6 +20,7 @@ from agentic_jax.reward import RewardConfig, grade_batch
 from agentic_jax.rl.builders import Policy, Run
 from agentic_jax.rl.metrics import episode_table
 from agentic_jax.rollout import Episode, RowSpec, ToolController
+from agentic_jax.rollout.agent import WeightFeed
 
 
 class Experience(NamedTuple):
@@ -60,9 +61,10 @@ def grade(episodes: Sequence[Episode], problems: Sequence[Problem], cfg: RewardC
         ep.reward, ep.correct, ep.answered = info.reward, info.correct, info.extracted is not None
 
 
-def collect(run: Run, step_key: jax.Array) -> Experience:
+def collect(run: Run, step_key: jax.Array, weights: WeightFeed | None = None) -> Experience:
     """Samples the step's problems (the scheduler), rolls them out with the published policy
-    and grades them; updates the scheduler and the tool controller."""
+    (and the weights ``weights`` feeds during the rollout) and grades them; updates the
+    scheduler and the tool controller."""
     cfg, policy = run.cfg, run.policy
     problems = run.scheduler.sample(cfg.training.batch_size)
     jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
@@ -70,7 +72,7 @@ def collect(run: Run, step_key: jax.Array) -> Experience:
     local_jobs = jobs[share]
     specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
     episodes, timing = policy.agent(run.controller).run(
-        specs, step_key, row_offset=share.start, total_rows=len(jobs))
+        specs, step_key, row_offset=share.start, total_rows=len(jobs), weights=weights)
     t0 = time.perf_counter()
     grade(episodes, local_jobs, cfg.reward, cfg.training.max_length, policy.sandbox)
     timing["reward_s"] = time.perf_counter() - t0
