@@ -198,6 +198,7 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
         stage=run.scheduler.current_stage)
     metrics.update({k: v for k, v in t.items() if k.startswith(("engine_", "time_engine_"))})
     metrics.update(run.controller.metrics())
+    metrics.update(experience.counts)
     metrics.update(async_rollouts.staleness_metrics(experience.episodes, step))
     sampled = (timer["collect"] if rollouts is None
                else rollouts.busy_seconds(timer.start, timer.start + timer.elapsed))
