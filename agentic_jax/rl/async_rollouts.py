@@ -23,7 +23,8 @@ exactly as at step s, a resumed run continues as an uninterrupted one would, and
 the engine to itself. The cost: one rollout per checkpoint interval is not overlapped.
 
 The device work of both threads is XLA's and the sandbox's, which release the GIL; the engine is
-used by one thread at a time (the producer while it collects, else whoever publishes). The
+used by one thread at a time (the producer while it collects, else whoever publishes), and it
+samples with its own copy of the weights (the train step donates the trainer's buffers). The
 producer's collectives would interleave with the trainer's on several processes, so the config
 allows asynchrony in one process only.
 """
@@ -35,6 +36,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from agentic_jax.rl.builders import Run, sampler_weights
@@ -80,6 +82,8 @@ class RolloutPipeline:
         self._ready: dict[int, Experience] = {}
         self._error: BaseException | None = None
         self._closed = False
+        engine = run.policy.engine
+        engine.update_params(_own_copy(engine.params), engine.version)
         self._thread = threading.Thread(target=self._produce, args=(first_step, total_steps),
                                         name="rollout-producer", daemon=True)
         self._thread.start()
@@ -97,7 +101,7 @@ class RolloutPipeline:
     def publish(self, params: Any, version: int) -> None:
         """New weights for the engine: applied now when it is idle, else by the producer (at its
         next engine step in fully_async, after its rollout in one_step_off)."""
-        weights = sampler_weights(self.run.policy, params)
+        weights = _own_copy(sampler_weights(self.run.policy, params))
         with self._cond:
             self._pending = (weights, version)
             if self._collecting_since is None:
@@ -167,6 +171,12 @@ class RolloutPipeline:
         if self._pending is not None:
             self.run.policy.engine.update_params(*self._pending)
             self._pending = None
+
+
+def _own_copy(tree: Any) -> Any:
+    """New buffers with the values of ``tree``'s arrays: the trainer's are donated to its next
+    update while the sampler may still read these."""
+    return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
 
 
 def staleness_metrics(episodes: Sequence[Episode], step: int) -> dict[str, float]:

@@ -28,14 +28,15 @@ from agentic_jax.rollout.agent import WeightFeed
 class Experience(NamedTuple):
     """This host's graded episodes of one step, the table of every host's episodes
     (`episode_table` rows, gathered), the phase timings in seconds, this host's problems
-    (``problems[i]`` is ``episodes[i]``'s) and dynamic sampling's counts (empty without it).
-    With dynamic sampling the table holds every drawn episode, ``episodes`` those that train."""
+    (``problems[i]`` is ``episodes[i]``'s) and the host-side metrics right after the rollout
+    (the curriculum stage, the tool controller's state, dynamic sampling's counts). With dynamic
+    sampling the table holds every drawn episode, ``episodes`` those that train."""
 
     episodes: list[Episode]
     table: dict[str, np.ndarray]
     timing: dict[str, float]
     problems: list[Problem]
-    counts: dict[str, float] = {}
+    host_metrics: dict[str, Any]
 
 
 def row_specs(policy: Policy, problems: Sequence[Problem], *, allow_tools: bool = True,
@@ -73,10 +74,12 @@ def collect(run: Run, step_key: jax.Array, weights: WeightFeed | None = None) ->
     draw = functools.partial(_draw, run, weights=weights)
     if not run.cfg.rl.dynamic_sampling:
         d = draw(step_key, run.cfg.training.batch_size)
-        return Experience(d.episodes, d.table, d.timing, d.problems)
-    episodes, problems, table, timing, counts = collect_in_band(
-        run, step_key, draw, processes=jax.process_count())
-    return Experience(episodes, table, timing, problems, counts)
+        episodes, problems, table, timing, counts = d.episodes, d.problems, d.table, d.timing, {}
+    else:
+        episodes, problems, table, timing, counts = collect_in_band(
+            run, step_key, draw, processes=jax.process_count())
+    host = {"stage": run.scheduler.current_stage, **run.controller.metrics(), **counts}
+    return Experience(episodes, table, timing, problems, host)
 
 
 def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None) -> Draw:

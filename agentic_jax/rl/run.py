@@ -149,7 +149,8 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 if step % cfg.logging.every_steps == 0 or step == total:
                     writer.write(step, metrics)
                     _say(_summary_line(step, metrics), bar if progress else None)
-                state_lib.save(checkpointer, state, host_state(run))
+                if step % checkpointer.every_steps == 0:  # the producer is drained then
+                    state_lib.save(checkpointer, state, host_state(run))
                 if rollouts is not None:
                     rollouts.release(step)
                 bar.update(1)
@@ -194,17 +195,15 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
         tokens_per_sec=tokens / max(timer.total, 1e-9), time_rollout_s=timer["collect"],
         time_tools_s=t.get("tool_wait_s", 0.0), time_reward_s=t.get("reward_s", 0.0),
         time_update_s=timer["update"] + timer["publish"],
-        accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0),
-        stage=run.scheduler.current_stage)
+        accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0))
     metrics.update({k: v for k, v in t.items() if k.startswith(("engine_", "time_engine_"))})
-    metrics.update(run.controller.metrics())
-    metrics.update(experience.counts)
+    metrics.update(experience.host_metrics)
     metrics.update(async_rollouts.staleness_metrics(experience.episodes, step))
+    wall = max(timer.elapsed, 1e-9)
     sampled = (timer["collect"] if rollouts is None
-               else rollouts.busy_seconds(timer.start, timer.start + timer.elapsed))
-    metrics.update(time_sampler_busy_frac=sampled / max(timer.elapsed, 1e-9),
-                   time_trainer_busy_frac=(timer["update"] + timer["publish"])
-                   / max(timer.elapsed, 1e-9),
+               else rollouts.busy_seconds(timer.start, timer.start + wall))
+    metrics.update(time_step_s=wall, time_sampler_busy_frac=sampled / wall,
+                   time_trainer_busy_frac=(timer["update"] + timer["publish"]) / wall,
                    rollout_aborted_tokens=t.get("aborted_tokens", 0.0))
     return (result.state.replace(step=np.asarray(step, np.int32)), metrics,
             result.skipped_in_a_row)

@@ -53,8 +53,9 @@ class AgentConfig:
     stop_ids: token ids that end an episode (e.g. `agentic_jax.data.tokenizer.stop_token_ids`
       of a pretrained model); empty: the tokenizer's EOS.
     partial: what unfinished episodes do when new weights arrive during `run` ("continue":
-      decode on with them, earlier tokens keep their version and log-probs; "abort": start
-      again from the prompt with the same key, so every token is the new version's).
+      decode on with them, earlier tokens keep their version and log-probs and their K/V is not
+      recomputed; "abort": start again from the prompt with the same key, so every token is
+      the new version's).
     """
 
     max_length: int

@@ -7,6 +7,7 @@ import threading
 import time
 import types
 
+import numpy as np
 import pytest
 
 from agentic_jax.rl import async_rollouts
@@ -47,7 +48,7 @@ def fake_collect(rng, tokens=3, log=None):
             time.sleep(rng.uniform(0, 0.004))
         ep = Episode(prompt_tokens=[1], response_tokens=[2] * tokens, loss_mask=[1] * tokens,
                      versions=versions)
-        return Experience([ep], {}, {}, [])
+        return Experience([ep], {}, {}, [], {})
     return collect
 
 
@@ -58,7 +59,7 @@ def train(pipeline, steps, rng, log=None):
         experience = pipeline.next(step)
         out.append(staleness_metrics(experience.episodes, step))
         time.sleep(rng.uniform(0, 0.02))   # the update: at times slower than a rollout
-        pipeline.publish(f"params {step}", step)
+        pipeline.publish(np.full(2, step), step)
         if log is not None:
             log.append(("release", step))
         pipeline.release(step)
@@ -124,17 +125,20 @@ def test_publish_reaches_an_idle_engine_at_once(monkeypatch):
     def waiting(run, key, weights=None):
         entered.set()
         gate.wait()
-        return Experience([], {}, {}, [])
+        return Experience([], {}, {}, [], {})
 
     monkeypatch.setattr(async_rollouts, "collect", waiting)
     run = fake_run("one_step_off", 1)
     pipeline = RolloutPipeline(run, 1, 1, lambda s: s, lambda s: False)
     entered.wait()
-    pipeline.publish("during", 1)           # the producer is collecting: deferred
+    pipeline.publish(np.ones(2), 1)           # the producer is collecting: deferred
     assert run.policy.engine.version == 0
     gate.set()
     pipeline.next(1)
     pipeline.close()
-    assert run.policy.engine.version == 1 and run.policy.engine.params == "during"
-    pipeline.publish("idle", 2)
-    assert run.policy.engine.version == 2 and run.policy.engine.params == "idle"
+    assert run.policy.engine.version == 1 and run.policy.engine.params.tolist() == [1, 1]
+    trainer_params = np.full(2, 2)
+    pipeline.publish(trainer_params, 2)
+    assert run.policy.engine.version == 2 and run.policy.engine.params.tolist() == [2, 2]
+    # The sampler's own buffers: the train step donates the trainer's.
+    assert run.policy.engine.params is not trainer_params
