@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -142,7 +143,7 @@ class RolloutPipeline:
             for step in range(first, total + 1):
                 with self._cond:
                     self._cond.wait_for(
-                        lambda: self._closed or self._released >= self.gate(step))
+                        lambda step=step: self._closed or self._released >= self.gate(step))
                     if self._closed:
                         return
                     self._apply_pending()
@@ -155,7 +156,7 @@ class RolloutPipeline:
                     self._apply_pending()
                     self._ready[step] = experience
                     self._cond.notify_all()
-        except BaseException as err:  # handed to the trainer's next() call
+        except Exception as err:  # noqa: BLE001 - any failure is handed to next()
             with self._cond:
                 self._error, self._collecting_since = err, None
                 self._cond.notify_all()

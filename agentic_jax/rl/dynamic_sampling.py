@@ -12,7 +12,8 @@ dynamic_drawn_prompts, dynamic_in_band_groups, dynamic_filled_groups.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import numpy as np

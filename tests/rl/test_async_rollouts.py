@@ -68,15 +68,14 @@ def train(pipeline, steps, rng, log=None):
 
 
 @pytest.mark.parametrize("mode, bound", [("fully_async", 1), ("fully_async", 2),
-                                         ("fully_async", 3), ("one_step_off", 1),
                                          ("one_step_off", 3)])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_staleness_never_exceeds_the_bound(monkeypatch, mode, bound, seed):
     rng = random.Random(seed)
     monkeypatch.setattr(async_rollouts, "collect", fake_collect(rng))
     run = fake_run(mode, bound)
-    pipeline = RolloutPipeline(run, 1, 12, lambda step: step, lambda step: False)
-    metrics = train(pipeline, 12, rng)
+    pipeline = RolloutPipeline(run, 1, 10, lambda step: step, lambda step: False)
+    metrics = train(pipeline, 10, rng)
     lag = min(bound, 1) if mode == "one_step_off" else bound
     assert max(m["staleness_max"] for m in metrics) <= lag
     assert metrics[0]["staleness_max"] == 0      # step 1 samples with the starting policy

@@ -9,7 +9,11 @@ import pytest
 
 from agentic_jax.rl import losses
 from agentic_jax.rl.off_policy import (
-    OffPolicyConfig, importance_weights, mismatch_metrics, weight_metrics)
+    OffPolicyConfig,
+    importance_weights,
+    mismatch_metrics,
+    weight_metrics,
+)
 
 MASK = jnp.asarray([[0.0, 1.0, 1.0, 1.0]])
 SAMPLER = jnp.zeros((1, 4))

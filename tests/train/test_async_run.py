@@ -6,11 +6,11 @@ modes, with the off-policy weights on)."""
 import os
 
 import pytest
+from train_testing import comparable, tiny_config
 
 from agentic_jax.rl import run as run_lib
 from agentic_jax.rl.run import train
 from agentic_jax.utils import read_metrics
-from train_testing import comparable, tiny_config
 
 pytestmark = pytest.mark.slow  # several training runs
 
