@@ -127,6 +127,23 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.decode_steps = 32  # decode steps per device round trip
     c.rollout.prefill_chunk = 256  # prompt tokens one sequence prefills per engine step
     c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
+    # Rollouts overlapping the update (agentic_jax.rl.async_rollouts): sync | one_step_off (the
+    # next step's rollout runs during the update, weights switch between rollouts) |
+    # fully_async (a producer runs up to max_staleness steps ahead; new weights reach it at once
+    # and in-flight episodes continue with them or are aborted and restarted: rollout.partial).
+    c.rl.async_mode = "sync"
+    c.rollout.max_staleness = 1  # no update uses tokens more than this many versions old
+    c.rollout.partial = "continue"  # continue | abort
+    # Off-policy correction (agentic_jax.rl.off_policy), w = pi_trainer / pi_sampler per token:
+    # none | token (decoupled PPO) | sequence; is_cap truncates w (0: off); is_mask drops tokens
+    # with w outside [1/is_mask, is_mask] (0: off).
+    c.rl.is_level = "none"
+    c.rl.is_cap = 0.0
+    c.rl.is_mask = 0.0
+    # Dynamic sampling: train on prompt groups whose accuracy is within the band (e.g.
+    # (0.1, 0.9)), drawing more until the batch is full, at most max_oversample x batch_size.
+    c.rl.accuracy_band = (0.0, 1.0)
+    c.rl.max_oversample = 1.0
 
     c.data = ml_collections.ConfigDict()
     # curriculum | file:PATH (a dataset file or directory in its own layout) | jsonl:PATH |

@@ -156,7 +156,8 @@ def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:
             estimator=cfg.rl.estimator, advantage=cfg.advantage, filters=cfg.filters,
             kl_coef=cfg.rl.kl_coef, kl_estimator=cfg.rl.kl_estimator,
             kl_in_reward=cfg.rl.kl_in_reward, row_multiple=row_multiple // processes,
-            length_multiple=t.length_bucket, compute_dtype=cfg.model.compute_dtype),
+            length_multiple=t.length_bucket, compute_dtype=cfg.model.compute_dtype,
+            off_policy=cfg.off_policy),
         batch_sharding=batch_sharding(mesh, 2), row_multiple=row_multiple,
         local_row_multiple=row_multiple // processes,
         scheduler=_scheduler(cfg, policy_.problems.train), controller=_controller(cfg))
@@ -175,15 +176,21 @@ def init_state(run: Run, params: nnx.State) -> TrainState:
                       step=np.zeros((), np.int32), rng=root_rng(run.cfg.seed))
 
 
-def publish(policy_: Policy, params: nnx.State) -> None:
-    """Points the rollout engine at ``params`` (with LoRA, their merged weights). On several
-    hosts each gets a copy on its own devices, resharded device to device (every process must
-    call it)."""
+def publish(policy_: Policy, params: nnx.State, version: int | None = None) -> None:
+    """Points the rollout engine at ``params`` (`sampler_weights`); its tokens record
+    ``version`` from now on (None: unchanged)."""
+    policy_.engine.update_params(sampler_weights(policy_, params), version)
+
+
+def sampler_weights(policy_: Policy, params: nnx.State) -> nnx.State:
+    """The weights the engine samples with for the policy's ``params``: with LoRA, their merged
+    weights; on several hosts each gets a copy on its own devices, resharded device to device
+    (every process must call it)."""
     if policy_.merge is not None:
         params = policy_.merge(params)
     if policy_.rollout_shardings is not None:
         params = per_host_copy(params, policy_.rollout_shardings)
-    policy_.engine.update_params(params)
+    return params
 
 
 def _merged_sampling(model: nnx.Module) -> tuple[nnx.GraphDef | None, Any]:
@@ -248,7 +255,7 @@ def _agent_config(cfg: RunConfig, tokenizer: Any) -> AgentConfig:
     return AgentConfig(max_length=cfg.training.max_length,
                        max_output_tokens=cfg.environment.max_output_tokens,
                        sampling=cfg.sampling, stateful=cfg.environment.stateful,
-                       stop_ids=_stop_ids(cfg, tokenizer))
+                       stop_ids=_stop_ids(cfg, tokenizer), partial=cfg.staleness.partial)
 
 
 def _stop_ids(cfg: RunConfig, tokenizer: Any) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ import ml_collections
 
 from agentic_jax.rl.config_groups import (
     BenchmarkEvalConfig, CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig,
-    ModelSpec, RLConfig, TrainingConfig, WarmStartConfig)
+    ModelSpec, RLConfig, StalenessConfig, TrainingConfig, WarmStartConfig)
 
 T = TypeVar("T")
 
@@ -84,6 +84,8 @@ class RunConfig:
     loss: Any  # agentic_jax.rl.losses.LossConfig
     advantage: Any  # agentic_jax.rl.advantages.AdvantageConfig
     filters: Any  # agentic_jax.rl.filters.FilterConfig
+    off_policy: Any  # agentic_jax.rl.off_policy.OffPolicyConfig
+    staleness: StalenessConfig
     reward: Any  # agentic_jax.reward.RewardConfig
     sampling: Any  # agentic_jax.rollout.SamplingParams
     engine: Any  # agentic_jax.rollout.engine.EngineConfig (sampling set per rollout)
@@ -106,6 +108,10 @@ class RunConfig:
         if self.data.decontaminate and not self.eval.benchmarks:
             raise ConfigError("data.decontaminate: expected eval.benchmarks to name the "
                               "evaluation sets to decontaminate against, got True with none")
+        if self.rl.async_mode != "sync" and _processes() > 1:
+            raise ConfigError(f"rl.async_mode: expected 'sync' with {_processes()} processes "
+                              f"(overlapped rollouts run in one process), got "
+                              f"{self.rl.async_mode!r}")
 
 
 def read_config(config: ml_collections.ConfigDict) -> RunConfig:
@@ -114,6 +120,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     from agentic_jax.rl.advantages import AdvantageConfig
     from agentic_jax.rl.filters import FilterConfig
     from agentic_jax.rl.losses import LossConfig
+    from agentic_jax.rl.off_policy import OffPolicyConfig
     from agentic_jax.rollout.engine import EngineConfig
     from agentic_jax.rollout.sampler import SamplingParams
 
@@ -136,6 +143,8 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
             kl_coef=0.0 if rl.kl_in_reward else float(rl.kl_coef)),
         advantage=read_group(AdvantageConfig, r, "rl"),
         filters=read_group(FilterConfig, r, "rl"),
+        off_policy=read_group(OffPolicyConfig, r, "rl"),
+        staleness=read_group(StalenessConfig, ro, "rollout"),
         reward=read_group(RewardConfig, r, "rl",
                           use_verification=rl.reward_check == "verify"),
         sampling=sampling,

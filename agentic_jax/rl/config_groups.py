@@ -10,6 +10,7 @@ from typing import Any
 
 ALGORITHMS = {"ppo": "gae", "grpo": "grpo", "reinforce_pp": "reinforce_pp"}  # -> estimator
 REWARD_CHECKS = ("grade", "verify")
+ASYNC_MODES = ("sync", "one_step_off", "fully_async")
 
 
 def check(ok: bool, field: str, expected: str, value: Any) -> None:
@@ -114,6 +115,13 @@ class RLConfig:
     kl_estimator: str
     kl_in_reward: bool
     reward_check: str
+    # How rollouts overlap the update (`agentic_jax.rl.async_rollouts`); one of ASYNC_MODES.
+    async_mode: str = "sync"
+    # Dynamic sampling: only prompt groups whose accuracy lies in [low, high] train; more are
+    # drawn until the batch is full, at most max_oversample x training.batch_size prompts.
+    # (0, 1) keeps every group.
+    accuracy_band: tuple[float, float] = (0.0, 1.0)
+    max_oversample: float = 1.0
 
     def __post_init__(self):
         check(self.algorithm in ALGORITHMS, "algorithm", f"one of {sorted(ALGORITHMS)}",
@@ -122,6 +130,18 @@ class RLConfig:
         check(self.kl_coef >= 0, "kl_coef", "a number >= 0", self.kl_coef)
         check(self.reward_check in REWARD_CHECKS, "reward_check", f"one of {REWARD_CHECKS}",
               self.reward_check)
+        check(self.async_mode in ASYNC_MODES, "async_mode", f"one of {ASYNC_MODES}",
+              self.async_mode)
+        band = tuple(self.accuracy_band)
+        check(len(band) == 2 and 0.0 <= band[0] <= band[1] <= 1.0, "accuracy_band",
+              "(low, high) with 0 <= low <= high <= 1", self.accuracy_band)
+        check(self.max_oversample >= 1.0, "max_oversample", "a number >= 1",
+              self.max_oversample)
+
+    @property
+    def dynamic_sampling(self) -> bool:
+        """Whether groups are filtered by accuracy (a band narrower than [0, 1])."""
+        return tuple(self.accuracy_band) != (0.0, 1.0)
 
     @property
     def estimator(self) -> str:
@@ -132,6 +152,24 @@ class RLConfig:
     def needs_reference(self) -> bool:
         """A frozen reference policy is kept (and checkpointed) only when KL is penalised."""
         return self.kl_coef > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StalenessConfig:
+    """``rollout.max_staleness`` / ``rollout.partial`` (with ``rl.async_mode``): no token an
+    update uses was sampled by a policy more than max_staleness versions older than the
+    trainer's; partial: what in-flight episodes do when new weights arrive mid-rollout
+    ("continue" | "abort", `agentic_jax.rollout.AgentConfig.partial`)."""
+
+    max_staleness: int = 1
+    partial: str = "continue"
+
+    def __post_init__(self):
+        from agentic_jax.rollout.agent import PARTIAL_MODES
+
+        check(isinstance(self.max_staleness, int) and self.max_staleness >= 0,
+              "max_staleness", "an integer >= 0", self.max_staleness)
+        check(self.partial in PARTIAL_MODES, "partial", f"one of {PARTIAL_MODES}", self.partial)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from flax import nnx
 from agentic_jax.parallel.distributed import gather_rows, host_max, put_rows
 from agentic_jax.rl import advantages as adv_lib
 from agentic_jax.rl import filters as filter_lib
+from agentic_jax.rl import off_policy
 from agentic_jax.rl.kl import kl_estimate
 from agentic_jax.rl.step import TrainBatch, compute_logprobs
 from agentic_jax.rollout import RolloutBatch
@@ -25,7 +26,8 @@ class ExperienceConfig:
     to the reference policy, folded into the token rewards when kl_in_reward (else it is a loss
     term). row_multiple: kept rows are padded to a multiple of it (data shards x micro-batches
     x minibatches). length_multiple: the batch is cut to its longest episode rounded up to this
-    many tokens (0 keeps training.max_length columns)."""
+    many tokens (0 keeps training.max_length columns). off_policy: the importance weights of the
+    sampler's tokens (`off_policy`)."""
 
     estimator: str = "gae"
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
@@ -36,6 +38,7 @@ class ExperienceConfig:
     row_multiple: int = 1
     length_multiple: int = 32
     compute_dtype: str | None = None
+    off_policy: off_policy.OffPolicyConfig = off_policy.OffPolicyConfig()
 
 
 def make_train_batch(
@@ -50,7 +53,9 @@ def make_train_batch(
     """Builds the update's batch; None when the filters leave nothing to learn from.
 
     Old log-probs and values are recomputed by the trainer's own forward pass (so the PPO ratio
-    starts at exactly 1); the sampler's log-probs ride along to measure the mismatch.
+    starts at exactly 1); the sampler's log-probs ride along to measure the mismatch
+    (mismatch_kl, mismatch_max_abs) and, with ``cfg.off_policy``, weigh the tokens
+    (is_weights; is_weight_mean / max, is_clipped_frac, is_masked_frac).
     """
     selected, stats = _select_rows(rollout, cfg)
     if selected is None:
@@ -76,12 +81,25 @@ def make_train_batch(
     advantages, returns = estimator(
         put(rows.rewards), mask, cfg.advantage, values=values,
         group_ids=put(group_ids), token_rewards=token_rewards)
+    sampler_logprobs = put(rows.sampler_logprobs)
+    corrected = _off_policy_terms(old_logprobs, sampler_logprobs, mask, cfg.off_policy)
+    stats.update({k: float(v) for k, v in jax.device_get(corrected[1]).items()})
     batch = TrainBatch(
         tokens=tokens, positions=positions, loss_mask=mask, old_logprobs=old_logprobs,
         advantages=advantages, returns=returns, old_values=values,
         ref_logprobs=None if cfg.kl_in_reward else ref_logprobs,
-        sampler_logprobs=put(rows.sampler_logprobs))
+        sampler_logprobs=sampler_logprobs, is_weights=corrected[0])
     return batch, stats
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _off_policy_terms(old_logprobs, sampler_logprobs, mask, cfg: off_policy.OffPolicyConfig):
+    """(importance weights [B, T] or None, the mismatch and weight metrics)."""
+    stats = off_policy.mismatch_metrics(old_logprobs, sampler_logprobs, mask)
+    if not cfg.enabled:
+        return None, stats
+    weights = off_policy.importance_weights(old_logprobs, sampler_logprobs, mask, cfg)
+    return weights.weights, {**stats, **off_policy.weight_metrics(weights, mask)}
 
 
 def _select_rows(rollout: RolloutBatch, cfg: ExperienceConfig):

@@ -244,6 +244,7 @@ def loss_terms(
     old_values: Array | None = None,
     ref_logprobs: Array | None = None,
     sampler_logprobs: Array | None = None,
+    is_weights: Array | None = None,
 ) -> dict[str, Pooled]:
     """Every term of the PPO objective and its metrics as Pooled sums. All inputs [B, T].
 
@@ -251,6 +252,7 @@ def loss_terms(
     kl_ref (when ref_logprobs are given). Token-mean metrics: approx_kl = mean k3 of
     KL(pi_old || pi), clip_frac, logprob_mismatch = mean |logp - logp_sampler| (sampler_logprobs,
     else old_logprobs). Terms of micro-batches pool exactly by adding sums and denominators.
+    is_weights (off-policy importance weights, no gradient) scale the policy loss per token.
     """
     chex.assert_equal_shape([loss_mask, logprobs, old_logprobs, advantages, entropy])
     # Neutral values off the mask: a where() after the fact would still send inf * 0 = NaN
@@ -276,6 +278,9 @@ def loss_terms(
         return aggregate(per_token, loss_mask, "token_mean")
 
     policy = POLICY_LOSSES[cfg.policy_loss](logprobs, old_logprobs, advantages, cfg)
+    if is_weights is not None:
+        policy = policy._replace(loss=policy.loss * jax.lax.stop_gradient(off_mask(is_weights,
+                                                                                   0.0)))
     sampled = old_logprobs if sampler_logprobs is None else sampler_logprobs
     terms = {
         "policy_loss": as_loss(policy.loss),

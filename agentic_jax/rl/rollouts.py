@@ -8,6 +8,7 @@ gathered rows, in batch order, so it stays the same everywhere.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, NamedTuple, Sequence
 
@@ -18,19 +19,24 @@ from agentic_jax.data import Problem
 from agentic_jax.parallel import gather_rows, process_slice
 from agentic_jax.reward import RewardConfig, grade_batch
 from agentic_jax.rl.builders import Policy, Run
+from agentic_jax.rl.dynamic_sampling import Draw, collect_in_band
 from agentic_jax.rl.metrics import episode_table
 from agentic_jax.rollout import Episode, RowSpec, ToolController
+from agentic_jax.rollout.agent import WeightFeed
 
 
 class Experience(NamedTuple):
     """This host's graded episodes of one step, the table of every host's episodes
-    (`episode_table` rows, gathered), the phase timings in seconds and this host's problems
-    (``problems[i]`` is ``episodes[i]``'s)."""
+    (`episode_table` rows, gathered), the phase timings in seconds, this host's problems
+    (``problems[i]`` is ``episodes[i]``'s) and the host-side metrics right after the rollout
+    (the curriculum stage, the tool controller's state, dynamic sampling's counts). With dynamic
+    sampling the table holds every drawn episode, ``episodes`` those that train."""
 
     episodes: list[Episode]
     table: dict[str, np.ndarray]
     timing: dict[str, float]
     problems: list[Problem]
+    host_metrics: dict[str, Any]
 
 
 def row_specs(policy: Policy, problems: Sequence[Problem], *, allow_tools: bool = True,
@@ -60,24 +66,40 @@ def grade(episodes: Sequence[Episode], problems: Sequence[Problem], cfg: RewardC
         ep.reward, ep.correct, ep.answered = info.reward, info.correct, info.extracted is not None
 
 
-def collect(run: Run, step_key: jax.Array) -> Experience:
+def collect(run: Run, step_key: jax.Array, weights: WeightFeed | None = None) -> Experience:
     """Samples the step's problems (the scheduler), rolls them out with the published policy
-    and grades them; updates the scheduler and the tool controller."""
+    (and the weights ``weights`` feeds during the rollout) and grades them; updates the
+    scheduler and the tool controller. With ``rl.accuracy_band`` narrower than [0, 1], more
+    prompts are drawn until the batch is full (`dynamic_sampling`)."""
+    draw = functools.partial(_draw, run, weights=weights)
+    if not run.cfg.rl.dynamic_sampling:
+        d = draw(step_key, run.cfg.training.batch_size)
+        episodes, problems, table, timing, counts = d.episodes, d.problems, d.table, d.timing, {}
+    else:
+        episodes, problems, table, timing, counts = collect_in_band(
+            run, step_key, draw, processes=jax.process_count())
+    host = {"stage": run.scheduler.current_stage, **run.controller.metrics(), **counts}
+    return Experience(episodes, table, timing, problems, host)
+
+
+def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None) -> Draw:
+    """One round: ``num_prompts`` problems from the scheduler, ``rl.group_size`` episodes each,
+    graded; the scheduler and the tool controller learn from every host's rows."""
     cfg, policy = run.cfg, run.policy
-    problems = run.scheduler.sample(cfg.training.batch_size)
+    problems = run.scheduler.sample(num_prompts)
     jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
     share = process_slice(len(jobs))
     local_jobs = jobs[share]
     specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
     episodes, timing = policy.agent(run.controller).run(
-        specs, step_key, row_offset=share.start, total_rows=len(jobs))
+        specs, key, row_offset=share.start, total_rows=len(jobs), weights=weights)
     t0 = time.perf_counter()
     grade(episodes, local_jobs, cfg.reward, cfg.training.max_length, policy.sandbox)
     timing["reward_s"] = time.perf_counter() - t0
     table = gather_rows(episode_table(episodes, policy.problems.stages))
     run.scheduler.update(list(zip(jobs, table["correct"].tolist())))
     update_controller(run.controller, table, policy.problems.stages)
-    return Experience(episodes, table, timing, local_jobs)
+    return Draw(episodes, local_jobs, table, timing, share.start)
 
 
 def update_controller(controller: ToolController, table: dict[str, np.ndarray],

@@ -24,7 +24,7 @@ import ml_collections
 from tqdm.auto import tqdm
 
 from agentic_jax.parallel import agree, is_main_process
-from agentic_jax.rl import rundir
+from agentic_jax.rl import async_rollouts, rundir
 from agentic_jax.rl import state as state_lib
 from agentic_jax.rl import transcripts
 from agentic_jax.rl.benchmark_eval import evaluate_in_training
@@ -88,7 +88,7 @@ def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, wo
         state, host = restored
         run.scheduler.load_state_dict(host.scheduler)
         run.controller.load_state_dict(host.controller)
-        publish(run.policy, state.params)
+        publish(run.policy, state.params, state.step_int)
         _say(f"resuming from step {state.step_int} ({checkpointer.directory})")
         # Process 0 decides (a file may show up on one host's view of the disk before another's).
         if agree(os.path.exists(init_path)):
@@ -141,17 +141,25 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                            tensorboard=cfg.logging.tensorboard, resume_step=state.step_int)
     bar = tqdm(total=total, initial=state.step_int, desc="rl", disable=not progress)
     skipped = 0
-    with writer:
-        while state.step_int < total:
-            step = state.step_int + 1
-            state, metrics, skipped = rl_step(run, state, step, skipped, workdir)
-            metrics["num_params"] = num_params
-            metrics.update(evaluate_in_training(run.policy, workdir, step, total))
-            if step % cfg.logging.every_steps == 0 or step == total:
-                writer.write(step, metrics)
-                _say(_summary_line(step, metrics), bar if progress else None)
-            state_lib.save(checkpointer, state, host_state(run))
-            bar.update(1)
+    rollouts = async_rollouts.start(run, state.step_int + 1, total, state.step_key)
+    try:
+        with writer:
+            while state.step_int < total:
+                step = state.step_int + 1
+                state, metrics, skipped = rl_step(run, state, step, skipped, workdir, rollouts)
+                metrics["num_params"] = num_params
+                metrics.update(evaluate_in_training(run.policy, workdir, step, total))
+                if step % cfg.logging.every_steps == 0 or step == total:
+                    writer.write(step, metrics)
+                    _say(_summary_line(step, metrics), bar if progress else None)
+                if step % checkpointer.every_steps == 0:  # the producer is drained then
+                    state_lib.save(checkpointer, state, host_state(run))
+                if rollouts is not None:
+                    rollouts.release(step)
+                bar.update(1)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
     bar.close()
     state_lib.save(checkpointer, state, host_state(run), force=True)
     checkpointer.wait()
@@ -159,13 +167,17 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
 
 
 def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
-            workdir: str | None = None) -> tuple[TrainState, dict[str, Any], int]:
+            workdir: str | None = None,
+            rollouts: async_rollouts.RolloutPipeline | None = None
+            ) -> tuple[TrainState, dict[str, Any], int]:
     """One RL step -> (state with step = ``step``, the step's metrics, non-finite updates in a
     row). With ``workdir``, every ``logging.transcripts_every`` steps a few of its episodes go
-    to transcripts.jsonl."""
+    to transcripts.jsonl. With ``rollouts`` the experience comes from its producer and the new
+    weights go to it."""
     timer = PhaseTimer()
     with timer("collect"):
-        experience = collect(run, state.step_key(step))
+        experience = (collect(run, state.step_key(step)) if rollouts is None
+                      else rollouts.next(step))
     every = run.cfg.logging.transcripts_every
     if workdir is not None and every and step % every == 0:
         transcripts.from_training(run.policy, workdir, step, experience.episodes,
@@ -173,7 +185,10 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
     with timer("update"):
         result = update(run, state, experience.episodes, step, skipped_in_a_row=skipped)
     with timer("publish"):
-        publish(run.policy, result.state.params)
+        if rollouts is None:
+            publish(run.policy, result.state.params, step)
+        else:
+            rollouts.publish(result.state.params, step)
     metrics = summarize(experience.table, run.policy.problems.stages)
     metrics.update(result.metrics)
     metrics["kl"] = result.metrics.get("kl_ref", result.metrics.get("approx_kl", 0.0))
@@ -183,10 +198,16 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
         tokens_per_sec=tokens / max(timer.total, 1e-9), time_rollout_s=timer["collect"],
         time_tools_s=t.get("tool_wait_s", 0.0), time_reward_s=t.get("reward_s", 0.0),
         time_update_s=timer["update"] + timer["publish"],
-        accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0),
-        stage=run.scheduler.current_stage)
+        accelerator_idle_frac=t.get("accelerator_idle_frac", 0.0))
     metrics.update({k: v for k, v in t.items() if k.startswith(("engine_", "time_engine_"))})
-    metrics.update(run.controller.metrics())
+    metrics.update(experience.host_metrics)
+    metrics.update(async_rollouts.staleness_metrics(experience.episodes, step))
+    wall = max(timer.elapsed, 1e-9)
+    sampled = (timer["collect"] if rollouts is None
+               else rollouts.busy_seconds(timer.start, timer.start + wall))
+    metrics.update(time_step_s=wall, time_sampler_busy_frac=sampled / wall,
+                   time_trainer_busy_frac=(timer["update"] + timer["publish"]) / wall,
+                   rollout_aborted_tokens=t.get("aborted_tokens", 0.0))
     return (result.state.replace(step=np.asarray(step, np.int32)), metrics,
             result.skipped_in_a_row)
 

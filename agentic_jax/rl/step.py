@@ -38,7 +38,8 @@ class TrainBatch:
     model-generated tokens only. old_logprobs f32: logp_old(tokens[:, t] | tokens[:, :t]) (index
     0 unused). advantages, returns f32. Optional: old_values f32 (clipped value loss),
     ref_logprobs f32 (KL to the reference), sampler_logprobs f32 (logprob_mismatch; defaults to
-    old_logprobs), segment_ids int32 (packed rows).
+    old_logprobs), segment_ids int32 (packed rows), is_weights f32 (off-policy importance
+    weights of the policy loss, `agentic_jax.rl.off_policy`; None: 1).
     """
 
     tokens: Array
@@ -51,6 +52,7 @@ class TrainBatch:
     ref_logprobs: Array | None = None
     sampler_logprobs: Array | None = None
     segment_ids: Array | None = None
+    is_weights: Array | None = None
 
 
 def as_train_batch(batch: TrainBatch | dict[str, Array]) -> TrainBatch:
@@ -163,6 +165,7 @@ def _micro_loss(graphdef, rest, cfg: losses.LossConfig, compute_dtype, loss_deno
             old_values=mb.old_values,
             ref_logprobs=mb.ref_logprobs,
             sampler_logprobs=mb.sampler_logprobs,
+            is_weights=mb.is_weights,
         )
         ev = (
             {}

@@ -39,6 +39,7 @@ from agentic_jax.rollout.sampler import SamplingParams
 from agentic_jax.utils.timing import PhaseTimer
 
 _DISABLED_MESSAGE = "Tools are disabled: answer directly."
+PARTIAL_MODES = ("continue", "abort")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,10 @@ class AgentConfig:
     constrain_code: inside a ```python block, sample only tokens that keep the block valid
       Python (`agentic_jax.rollout.constrain`). For serving and evaluation only: it changes
       the sampling distribution that training's importance ratios assume.
+    partial: what unfinished episodes do when new weights arrive during `run` ("continue":
+      decode on with them, earlier tokens keep their version and log-probs and their K/V is not
+      recomputed; "abort": start again from the prompt with the same key, so every token is
+      the new version's).
     """
 
     max_length: int
@@ -64,12 +69,15 @@ class AgentConfig:
     stateful: bool = False
     stop_ids: tuple[int, ...] = ()
     constrain_code: bool = False
+    partial: str = "continue"
 
     def __post_init__(self):
         if self.max_length <= 1:
             raise ValueError(f"max_length: expected > 1, got {self.max_length}")
         if self.max_output_tokens < 4:
             raise ValueError(f"max_output_tokens: expected >= 4, got {self.max_output_tokens}")
+        if self.partial not in PARTIAL_MODES:
+            raise ValueError(f"partial: expected one of {PARTIAL_MODES}, got {self.partial!r}")
 
 
 class Phase(enum.Enum):
@@ -103,6 +111,8 @@ class RolloutResult(NamedTuple):
 
 # Called with (row index, its episode so far, "model" | "tool" | "done") as the episode grows.
 UpdateHook = Callable[[int, Episode, str], None]
+# Polled between engine steps: new (weights, policy version) for the engine, or None.
+WeightFeed = Callable[[], "tuple[Any, int] | None"]
 
 
 class _TurnEvent(NamedTuple):
@@ -154,8 +164,8 @@ class AgentLoop:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
     def run(self, specs: Sequence[RowSpec], rng: jax.Array, *, row_offset: int = 0,
-            total_rows: int | None = None, on_update: UpdateHook | None = None
-            ) -> RolloutResult:
+            total_rows: int | None = None, on_update: UpdateHook | None = None,
+            weights: WeightFeed | None = None) -> RolloutResult:
         """Rolls out one episode per spec.
 
         Row b samples with ``jax.random.split(rng, total_rows)[row_offset + b]``: a host that
@@ -163,7 +173,8 @@ class AgentLoop:
         what one process rolling out the whole batch would. ``on_update(b, episode, kind)`` is
         called as episode b grows: "model" (a turn's model tokens), "tool" (a tool output
         appended), "done" (finished, with the last turn's tokens; ``episode.finish_reason`` set,
-        ``text`` not yet).
+        ``text`` not yet). ``weights()`` is polled before every engine step; new weights take
+        effect at once, and unfinished episodes go on as ``cfg.partial`` says.
         """
         self._on_update = on_update or (lambda b, episode, kind: None)
         n = len(specs)
@@ -178,11 +189,18 @@ class AgentLoop:
         keys = np.asarray(jax.random.key_data(
             jax.random.split(rng, total_rows)[row_offset:row_offset + n]))
         timer = PhaseTimer()
+        aborted = 0
         try:
+            row_keys = [keys[b] if spec.key is None else np.asarray(jax.random.key_data(spec.key))
+                        for b, spec in enumerate(specs)]
             for b, (row, spec) in enumerate(zip(rows, specs)):
-                key = keys[b] if spec.key is None else np.asarray(jax.random.key_data(spec.key))
-                engine.submit(self._request(b, row, key, spec.sampling))
+                engine.submit(self._request(b, row, row_keys[b], spec.sampling))
             while any(r.phase is not Phase.DONE for r in rows):
+                new = weights() if weights is not None else None
+                if new is not None:
+                    engine.update_params(*new)
+                    if self.cfg.partial == "abort":
+                        aborted += self._restart_unfinished(rows, row_keys, specs)
                 self._collect_tools(rows, timer)
                 self._append_outputs(rows)
                 if not engine.has_work and any(r.phase is Phase.DECODING for r in rows):
@@ -201,8 +219,10 @@ class AgentLoop:
                 engine.abort(b)
         for row in rows:
             row.episode.text = self.decode(row.episode.response_tokens)
-        return RolloutResult([r.episode for r in rows],
-                             dict(_timing(timer), **engine.stats.as_metrics()))
+        timing = dict(_timing(timer), **engine.stats.as_metrics())
+        if weights is not None:
+            timing["aborted_tokens"] = float(aborted)
+        return RolloutResult([r.episode for r in rows], timing)
 
     def _new_row(self, i: int, spec: RowSpec) -> _Row:
         if len(spec.prompt) >= self.cfg.max_length:
@@ -219,6 +239,24 @@ class AgentLoop:
         return _Row(Episode(prompt_tokens=list(spec.prompt), tool_budget=decision.tool_budget,
                             timeout_ms=decision.timeout_ms, stage=spec.stage,
                             difficulty=spec.difficulty, group_id=spec.group_id))
+
+    def _restart_unfinished(self, rows: list[_Row], keys: Sequence[np.ndarray],
+                            specs: Sequence[RowSpec]) -> int:
+        """Aborts every unfinished episode and queues it again from its prompt (same key, tool
+        budget and timeout; a running snippet's result is dropped); returns the model tokens
+        thrown away."""
+        dropped = 0
+        for b, row in enumerate(rows):
+            if row.phase is Phase.DONE:
+                continue
+            old = row.episode
+            dropped += old.num_model_tokens
+            self.engine.abort(b)
+            rows[b] = _Row(Episode(prompt_tokens=old.prompt_tokens, tool_budget=old.tool_budget,
+                                   timeout_ms=old.timeout_ms, stage=old.stage,
+                                   difficulty=old.difficulty, group_id=old.group_id))
+            self.engine.submit(self._request(b, rows[b], keys[b], specs[b].sampling))
+        return dropped
 
     def _request(self, b: int, row: _Row, key: np.ndarray,
                  sampling: SamplingParams | None) -> Request:
@@ -237,7 +275,7 @@ class AgentLoop:
     def _on_event(self, row: _Row, event: Event) -> None:
         """A row left its slot: DECODING -> RUNNING_TOOL | READY | DONE."""
         ep = row.episode
-        ep.add_model_tokens(event.tokens, event.logprobs, event.values)
+        ep.add_model_tokens(event.tokens, event.logprobs, event.values, event.versions)
         if event.kind == "finished":
             _finish(row, "eos" if event.reason == "stop" else "length", void=True)
             return

@@ -27,6 +27,7 @@ class Episode:
       loss_mask: per response token, 1 for a token the policy sampled and 0 for a tool token.
       logprobs: per response token, the sampler's log-probability (temperature 1); 0 for tools.
       values: per response token, the critic's value before sampling it (0 without a critic).
+      versions: per response token, the policy version that sampled it (-1 for tool tokens).
       text: the decoded response (what the reward reads).
       num_tool_calls / num_tool_failures: executed snippets and how many of them failed.
       tool_errors / tool_ms: the failed snippets' error names and the time spent on tools.
@@ -43,6 +44,7 @@ class Episode:
     loss_mask: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
     text: str = ""
     num_tool_calls: int = 0
     num_tool_failures: int = 0
@@ -60,22 +62,26 @@ class Episode:
     answered: bool = False
 
     def add_model_tokens(self, tokens: Sequence[int], logprobs: Sequence[float],
-                         values: Sequence[float]) -> None:
+                         values: Sequence[float], versions: Sequence[int] | None = None) -> None:
+        """Appends sampled tokens; ``versions`` None: all sampled by version 0."""
         self.response_tokens.extend(int(t) for t in tokens)
         self.loss_mask.extend([1] * len(tokens))
         self.logprobs.extend(float(x) for x in logprobs)
         self.values.extend(float(x) for x in values)
+        self.versions.extend([0] * len(tokens) if versions is None
+                             else [int(v) for v in versions])
 
     def add_tool_tokens(self, tokens: Sequence[int]) -> None:
         self.response_tokens.extend(int(t) for t in tokens)
         self.loss_mask.extend([0] * len(tokens))
         self.logprobs.extend([0.0] * len(tokens))
         self.values.extend([0.0] * len(tokens))
+        self.versions.extend([-1] * len(tokens))
 
     def truncate(self, length: int) -> None:
         """Keeps the first ``length`` response tokens."""
         del self.response_tokens[length:], self.loss_mask[length:]
-        del self.logprobs[length:], self.values[length:]
+        del self.logprobs[length:], self.values[length:], self.versions[length:]
 
     @property
     def num_model_tokens(self) -> int:

@@ -13,6 +13,7 @@ from agentic_jax.rl.advantages import AdvantageConfig
 from agentic_jax.rl.config import ConfigError, read_config
 from agentic_jax.rl.filters import FilterConfig
 from agentic_jax.rl.losses import LossConfig
+from agentic_jax.rl.off_policy import OffPolicyConfig
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import EngineConfig
 from configs import math_ppo
@@ -21,8 +22,9 @@ from configs import math_ppo
 FEEDS = {
     "model": [config_lib.ModelSpec],
     "training": [config_lib.TrainingConfig],
-    "rl": [config_lib.RLConfig, LossConfig, AdvantageConfig, FilterConfig, RewardConfig],
-    "rollout": [SamplingParams, EngineConfig],
+    "rl": [config_lib.RLConfig, LossConfig, AdvantageConfig, FilterConfig, RewardConfig,
+           OffPolicyConfig],
+    "rollout": [SamplingParams, EngineConfig, config_lib.StalenessConfig],
     "data": [config_lib.DataConfig],
     "environment": [config_lib.EnvironmentConfig],
     "warmstart": [config_lib.WarmStartConfig],

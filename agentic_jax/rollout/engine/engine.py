@@ -81,6 +81,7 @@ class Engine:
         self._copies: list[tuple[int, int]] = []
         self._stamp = 0
         self._stop_width = 1
+        self.version = 0
 
     # ------------------------------------------------------------------ public API
 
@@ -100,10 +101,14 @@ class Engine:
                                f"live sequences")
         self.cfg = dataclasses.replace(self.cfg, sampling=sampling)
 
-    def update_params(self, model_or_state: Any) -> None:
-        """Points the engine at new weights (same structure) without recompiling."""
+    def update_params(self, model_or_state: Any, version: int | None = None) -> None:
+        """Points the engine at new weights (same structure) without recompiling; tokens
+        sampled from now on record ``version`` (None: the current one), the policy version
+        of the weights. Call it between `step` calls (live sequences continue with them)."""
         is_module = isinstance(model_or_state, nnx.Module)
         self.params = nnx.state(model_or_state) if is_module else model_or_state
+        if version is not None:
+            self.version = int(version)
 
     def submit(self, request: Request) -> None:
         """Queues a request; requests with equal prompts share the prompt's pages."""
@@ -140,7 +145,7 @@ class Engine:
         seq.tokens.extend(kept)
         seq.budget -= len(kept)
         seq.turn_start = len(seq.tokens)
-        seq.logprobs, seq.values, seq.matcher = [], [], None
+        seq.logprobs, seq.values, seq.versions, seq.matcher = [], [], [], None
         if seq.budget <= 0:
             self._finish(seq, "length")
             return
@@ -502,6 +507,7 @@ class Engine:
         seq.tokens.extend(int(t) for t in toks)
         seq.logprobs.extend(float(x) for x in lps)
         seq.values.extend(float(x) for x in vals)
+        seq.versions.extend([self.version] * len(toks))
         seq.length += len(toks)
         seq.budget -= len(toks)
         if seq.request.constraint is not None and self._constrain(seq, toks):
@@ -524,7 +530,7 @@ class Engine:
         """Forgets the last ``drop`` model tokens (their K/V slots are overwritten later)."""
         if drop == 0:
             return
-        del seq.tokens[-drop:], seq.logprobs[-drop:], seq.values[-drop:]
+        del seq.tokens[-drop:], seq.logprobs[-drop:], seq.values[-drop:], seq.versions[-drop:]
         seq.budget += drop
         seq.length = min(seq.length, len(seq.tokens) - 1)
 
@@ -533,7 +539,8 @@ class Engine:
     def _emit(self, seq: Seq, kind: str, reason: str) -> None:
         self._events.append(Event(
             seq.request.request_id, kind, reason, seq.tokens[seq.turn_start:],
-            np.asarray(seq.logprobs, np.float32), np.asarray(seq.values, np.float32)))
+            np.asarray(seq.logprobs, np.float32), np.asarray(seq.values, np.float32),
+            np.asarray(seq.versions, np.int32)))
 
     def _finish(self, seq: Seq, reason: str) -> None:
         self._emit(seq, "finished", reason)

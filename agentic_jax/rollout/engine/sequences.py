@@ -41,6 +41,8 @@ class Seq:
       len(tokens) - 1, and equal to it while decoding.
     pages: the block table; a fork's first pages are its prefix's (shared, never written).
     turn_start: index in ``tokens`` where the current turn's model tokens begin.
+    logprobs / values / versions: per model token of the current turn, its log-prob, the value
+      before it and the policy version (`Engine.update_params`) that sampled it.
     order: admission stamp; the newest sequence is preempted first.
     matcher: the turn's token constraint state while it samples under a mask (else None).
     """
@@ -58,6 +60,7 @@ class Seq:
     turn_start: int = 0
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
     matcher: Any = None
 
     @property

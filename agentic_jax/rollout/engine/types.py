@@ -103,6 +103,7 @@ class Event(NamedTuple):
     tokens: the model tokens of the turn that just ended (since admission or the last resume).
     logprobs: float32 [n], log-probs of those tokens under the untempered policy.
     values: float32 [n], the value head at the position before each token (0 without a head).
+    versions: int32 [n], the policy version (`Engine.update_params`) that sampled each token.
     """
 
     request_id: Hashable
@@ -111,6 +112,7 @@ class Event(NamedTuple):
     tokens: list[int]
     logprobs: np.ndarray
     values: np.ndarray
+    versions: np.ndarray | None = None
 
 
 @dataclasses.dataclass
