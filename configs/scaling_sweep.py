@@ -39,9 +39,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if variant == "cpu":
         c.presets = ("tiny-0.1m", "tiny-0.2m", "tiny-1m", "tiny-4m")
         c.total_steps = 12
+        # The arithmetic kinds and the tool fraction the published sweep ran with (the default
+        # run has since added quadratics and lowered the fraction).
         c.overrides = ("warmstart.steps=1000", "training.batch_size=16",
                        "training.warmup_steps=2", "data.eval_size=64",
-                       "checkpoint.every_steps=100", "logging.progress=False")
+                       "checkpoint.every_steps=100", "logging.progress=False",
+                       "data.stages=('arithmetic',)",
+                       "data.kinds=('sum','difference','product')",
+                       "warmstart.tool_fraction=0.5")
     elif variant == "smoke":
         c.base_config = "configs/math_ppo.py:smoke"
         c.total_steps = 4

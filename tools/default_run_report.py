@@ -71,7 +71,7 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 
 
 def plot(runs: Sequence[Run], out_png: str) -> None:
-    fig = Figure(figsize=(9, 5), layout="constrained")
+    fig = Figure(figsize=(9, 6), layout="constrained")
     ax = fig.subplots()
     right = ax.twinx()
     styles = ("-", "--", ":")
@@ -91,8 +91,9 @@ def plot(runs: Sequence[Run], out_png: str) -> None:
     right.set_ylabel("response length (tokens)", color="C3")
     ax.grid(alpha=0.3)
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="center right")
-    fig.suptitle("The default run: code use, accuracy and response length grow together")
+    fig.legend(handles, [h.get_label() for h in handles], fontsize="small",
+               loc="outside lower center", ncols=3)
+    fig.suptitle("The default run: code use, accuracy and response length per RL step")
     os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
     FigureCanvasAgg(fig).print_png(out_png)
 
@@ -119,7 +120,8 @@ def _pick_transcripts(run: Run) -> tuple[list[dict], list[dict]]:
 def _transcript_block(t: dict) -> str:
     verdict = "correct" if t["correct"] else f"wrong (reference {t['reference']})"
     prompt = re.sub(r"<\|[^|]*\|>", "", t["prompt"]).rstrip("\n")
-    return f"```text\n{prompt}\n{t['response'].rstrip()}\n```\n{verdict}\n"
+    # Four backticks: the transcript holds ``` fences of its own.
+    return f"````text\n{prompt}\n{t['response'].rstrip()}\n````\n{verdict}"
 
 
 def _fmt_time(seconds: float) -> str:
@@ -166,6 +168,13 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
                   if "wall_time_s" in r.summary) + ".", "",
               f"![code use, accuracy and response length vs step]({figure_path})", ""]
     for r in runs:
+        reached = list(dict.fromkeys(x["stage"] for x in r.records if "stage" in x))
+        moved = (f"reached {', '.join(reached)}" if len(reached) > 1 else
+                 f"stayed on {reached[0]} (its rolling accuracy stayed under the threshold)"
+                 if reached else "")
+        if moved:
+            lines.append(f"- Curriculum, seed {r.seed}: training {moved}.")
+    for r in runs:
         parts = []
         for key, label, fmt in (("code_use_rate", "code-use rate", "{:.2f}"),
                                 ("accuracy", "accuracy", "{:.2f}"),
@@ -179,7 +188,7 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
         if picked:
             lines += ["", f"{title} (held-out, seed {main.seed}, step {picked[0]['step']}):",
                       ""]
-            lines += [_transcript_block(t) for t in picked]
+            lines += "\n\n".join(_transcript_block(t) for t in picked).split("\n")
     lines += ["", "Regenerate this section, the figure and docs/results/default_run.md: "
               "`python tools/default_run_report.py RUN_DIR [RUN_DIR ...]`."]
     return "\n".join(lines).rstrip() + "\n"

@@ -62,7 +62,7 @@ def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
     # Training curves: means of the first and last five of the six steps.
     assert "code-use rate 0.43 -> 0.57" in section
     # One transcript per stage from the first and the last evaluation.
-    assert section.count("```text") == 4 and "step 6" in section
+    assert section.count("````text") == 4 and "step 6" in section
     text = readme.read_text()
     assert "old text" not in text and text.startswith("# x\n\nbefore\n")
     assert text.endswith("<!-- default-run:end -->\nafter\n")
