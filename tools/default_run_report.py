@@ -59,6 +59,8 @@ class Run:
 
     def ends(self, key: str) -> tuple[float, float]:
         _, values = self.curve(key)
+        if not values:
+            raise ValueError(f"{self.path}/metrics.jsonl: no {key!r} in any step")
         n = min(_EDGE, len(values))
         return sum(values[:n]) / n, sum(values[-n:]) / n
 
