@@ -183,6 +183,9 @@ def _default() -> ml_collections.ConfigDict:
     c.mesh.data = 1
     c.mesh.fsdp = -1  # -1 takes the remaining devices
     c.mesh.tensor = 1
+    # > 0: the last N devices sample and the mesh above spans the others (disaggregated
+    # placement; weights move device to device after each update). 0: colocated.
+    c.mesh.rollout_devices = 0
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 20

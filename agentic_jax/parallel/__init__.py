@@ -16,6 +16,7 @@ from agentic_jax.parallel.distributed import (
     put_rows,
 )
 from agentic_jax.parallel.mesh import MESH_AXES, make_mesh, mesh_from_config
+from agentic_jax.parallel.placement import Placement, split_devices
 from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, logical_to_mesh_spec
 from agentic_jax.parallel.sharding import (
     batch_sharding,
@@ -30,6 +31,7 @@ from agentic_jax.parallel.sharding import (
 __all__ = [
     "LOGICAL_AXIS_RULES",
     "MESH_AXES",
+    "Placement",
     "RuntimeInfo",
     "batch_sharding",
     "cache_shardings",
@@ -52,5 +54,6 @@ __all__ = [
     "put_rows",
     "shard_batch",
     "shard_cache",
+    "split_devices",
     "variable_sharding",
 ]

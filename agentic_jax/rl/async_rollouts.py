@@ -24,7 +24,12 @@ the engine to itself. The cost: one rollout per checkpoint interval is not overl
 
 The device work of both threads is XLA's and the sandbox's, which release the GIL; the engine is
 used by one thread at a time (the producer while it collects, else whoever publishes), and it
-samples with its own copy of the weights (the train step donates the trainer's buffers). The
+samples with its own copy of the weights (the train step donates the trainer's buffers).
+
+Placement. Colocated (``mesh.rollout_devices = 0``), the producer and the trainer take turns on
+the same devices. Disaggregated, the engine samples on devices of its own and its weights are
+moved there device to device at each publish (`agentic_jax.parallel.placement`), so a rollout
+and an update run at the same time on different chips. The
 producer's collectives would interleave with the trainer's on several processes, so the config
 allows asynchrony in one process only.
 """
@@ -40,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_jax.rl.builders import Run, sampler_weights
+from agentic_jax.rl.builders import Policy, Run, sampler_weights
 from agentic_jax.rl.rollouts import Experience, collect
 from agentic_jax.rollout import Episode
 
@@ -84,7 +89,7 @@ class RolloutPipeline:
         self._error: BaseException | None = None
         self._closed = False
         engine = run.policy.engine
-        engine.update_params(_own_copy(engine.params), engine.version)
+        engine.update_params(_own_copy(run.policy, engine.params), engine.version)
         self._thread = threading.Thread(target=self._produce, args=(first_step, total_steps),
                                         name="rollout-producer", daemon=True)
         self._thread.start()
@@ -102,7 +107,7 @@ class RolloutPipeline:
     def publish(self, params: Any, version: int) -> None:
         """New weights for the engine: applied now when it is idle, else by the producer (at its
         next engine step in fully_async, after its rollout in one_step_off)."""
-        weights = _own_copy(sampler_weights(self.run.policy, params))
+        weights = _own_copy(self.run.policy, sampler_weights(self.run.policy, params))
         with self._cond:
             self._pending = (weights, version)
             if self._collecting_since is None:
@@ -174,9 +179,12 @@ class RolloutPipeline:
             self._pending = None
 
 
-def _own_copy(tree: Any) -> Any:
+def _own_copy(policy: Policy, tree: Any) -> Any:
     """New buffers with the values of ``tree``'s arrays: the trainer's are donated to its next
-    update while the sampler may still read these."""
+    update while the sampler may still read these. Disaggregated, the sampler's weights are
+    already a copy on its own devices."""
+    if policy.rollout_shardings is not None:
+        return tree
     return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
 
 

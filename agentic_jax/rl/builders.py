@@ -22,7 +22,8 @@ from jax.sharding import Mesh, NamedSharding
 from agentic_jax.data import Problem
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.parallel import (
-    batch_sharding, create_sharded_model, make_mesh, param_shardings, per_host_copy)
+    Placement, batch_sharding, create_sharded_model, make_mesh, param_shardings, per_host_copy,
+    split_devices)
 from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
@@ -42,7 +43,9 @@ class Policy:
     """What sampling and grading a policy need; evaluation builds only this.
 
     ``engine`` holds the weights it samples with (set by `publish`); ``rollout_shardings`` lays
-    out each host's own copy of them when there are several processes (else None).
+    out the sampler's own copy of them: on the sampler's devices when placement is
+    disaggregated (``mesh.rollout_devices``), on each host's devices when there are several
+    processes, else None (the engine reads the trainer's arrays).
     """
 
     cfg: RunConfig
@@ -94,7 +97,8 @@ class Run:
 
 def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     """The policy's components and its initial model state (preset init or HF weights)."""
-    mesh = make_mesh(*cfg.mesh)
+    placement = split_devices(cfg.rollout_devices)
+    mesh = make_mesh(*cfg.mesh, devices=placement.train)
     tokenizer = _tokenizer(cfg)
     problems = load_problems(cfg)
     check_prompts(cfg, tokenizer, problems)  # before anything slow is built
@@ -110,9 +114,7 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
         state_shardings=param_shardings(params, mesh),
         engine=Engine.from_split(sampler_graphdef or graphdef, sampled, cfg.engine),
         sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg, tokenizer), problems=problems,
-        rollout_shardings=(param_shardings(sampled, make_mesh(1, -1, 1,
-                                                              devices=jax.local_devices()))
-                           if jax.process_count() > 1 else None),
+        rollout_shardings=_rollout_shardings(sampled, placement),
         merge=merge)
     publish(policy_, params)
     return policy_, params
@@ -182,10 +184,18 @@ def publish(policy_: Policy, params: nnx.State, version: int | None = None) -> N
     policy_.engine.update_params(sampler_weights(policy_, params), version)
 
 
+def _rollout_shardings(sampled: nnx.State, placement: Placement) -> nnx.State | None:
+    if placement.disaggregated:
+        return param_shardings(sampled, placement.rollout_mesh())
+    if jax.process_count() > 1:
+        return param_shardings(sampled, make_mesh(1, -1, 1, devices=jax.local_devices()))
+    return None
+
+
 def sampler_weights(policy_: Policy, params: nnx.State) -> nnx.State:
     """The weights the engine samples with for the policy's ``params``: with LoRA, their merged
-    weights; on several hosts each gets a copy on its own devices, resharded device to device
-    (every process must call it)."""
+    weights; disaggregated, a copy on the sampler's devices; on several hosts each gets a copy
+    on its own devices. Copies move device to device (every process must call it)."""
     if policy_.merge is not None:
         params = policy_.merge(params)
     if policy_.rollout_shardings is not None:

@@ -73,7 +73,9 @@ class RunConfig:
 
     Besides the loop's own records it holds the libraries' configs, each built from the
     group keys of its field names: ``loss`` / ``advantage`` / ``filters`` / ``reward`` from
-    ``rl.*``, ``sampling`` from ``rollout.*``. ``mesh`` is (data, fsdp, tensor).
+    ``rl.*``, ``sampling`` from ``rollout.*``. ``mesh`` is (data, fsdp, tensor) over the
+    trainer's devices: all of them when ``rollout_devices`` is 0 (colocated), else all but the
+    last ``rollout_devices``, which the sampler gets (`agentic_jax.parallel.placement`).
     """
 
     seed: int
@@ -94,6 +96,7 @@ class RunConfig:
     environment: EnvironmentConfig
     warmstart: WarmStartConfig
     mesh: tuple[int, int, int]
+    rollout_devices: int
     checkpoint: CheckpointConfig
     logging: LoggingConfig
     eval: BenchmarkEvalConfig
@@ -112,6 +115,12 @@ class RunConfig:
             raise ConfigError(f"rl.async_mode: expected 'sync' with {_processes()} processes "
                               f"(overlapped rollouts run in one process), got "
                               f"{self.rl.async_mode!r}")
+        from agentic_jax.parallel.placement import split_devices
+
+        try:
+            split_devices(self.rollout_devices)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def read_config(config: ml_collections.ConfigDict) -> RunConfig:
@@ -159,6 +168,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         environment=read_group(EnvironmentConfig, config.environment, "environment"),
         warmstart=read_group(WarmStartConfig, config.warmstart, "warmstart"),
         mesh=(int(config.mesh.data), int(config.mesh.fsdp), int(config.mesh.tensor)),
+        rollout_devices=int(config.mesh.get("rollout_devices", 0)),
         checkpoint=read_group(CheckpointConfig, config.checkpoint, "checkpoint"),
         logging=read_group(LoggingConfig, config.logging, "logging"),
         eval=read_group(BenchmarkEvalConfig, config.get("eval"), "eval"),

@@ -76,3 +76,26 @@ def test_fully_async_stays_within_the_bound(tmp_path, bound, partial):
         assert 0 < r["is_weight_mean"] and r["is_weight_max"] <= 2.0
         assert 0 <= r["is_clipped_frac"] <= 1 and r["is_masked_frac"] == 0
     assert max(r["staleness_max"] for r in records) >= 1   # it did overlap
+
+
+@pytest.mark.parametrize("mode", ["sync", "one_step_off"])
+def test_disaggregated_placement_trains_as_colocated(tmp_path, mode):
+    """2 sampler + 6 trainer devices against one mesh of all 8: the weights reach the sampler's
+    devices after every update, so the episodes, losses and staleness are those of the
+    colocated run; only float rounding differs (the meshes reduce in other orders)."""
+    runs = {}
+    for name, devices in (("colocated", 0), ("disaggregated", 2)):
+        workdir = str(tmp_path / name)
+        train(_config(**{"rl.async_mode": mode, "mesh.rollout_devices": devices}), workdir,
+              progress=False)
+        runs[name] = [comparable(r) for r in _records(workdir)]
+    assert len(runs["disaggregated"]) == len(runs["colocated"]) == 4
+    for colocated, disaggregated in zip(runs["colocated"], runs["disaggregated"]):
+        assert colocated.keys() == disaggregated.keys()
+        for key, value in colocated.items():
+            if not isinstance(value, float):
+                assert disaggregated[key] == value, key
+                continue
+            # A sampler left on old weights would show here as a mismatch of order 1e-3.
+            tolerance = 1e-5 if key.startswith(("mismatch", "logprob_mismatch")) else 1e-4
+            assert disaggregated[key] == pytest.approx(value, rel=1e-4, abs=tolerance), key

@@ -33,7 +33,7 @@ FEEDS = {
     "eval": [config_lib.BenchmarkEvalConfig],
 }
 # Keys the reader takes by hand, each named in RunConfig / read_config.
-BY_HAND = {"rollout": {"eval_temperature"}, "mesh": {"data", "fsdp", "tensor"},
+BY_HAND = {"rollout": {"eval_temperature"}, "mesh": {"data", "fsdp", "tensor", "rollout_devices"},
            "tokenizer": {"path"}}
 
 
@@ -89,6 +89,8 @@ def test_unknown_variant():
     ("eval.top_p", 1.5),
     ("data.levels", (0, 6)),
     ("data.decontaminate", True),
+    ("mesh.rollout_devices", -1),
+    ("mesh.rollout_devices", 8),  # the test process has 8 devices: none left to train
 ])
 def test_bad_value_is_one_error_naming_the_field(field, value):
     config = tiny_config(**{field: value})
