@@ -24,6 +24,7 @@ from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.parallel import (
     Placement, batch_sharding, create_sharded_model, make_mesh, param_shardings, per_host_copy,
     split_devices)
+from agentic_jax.parallel.placement import copy_across
 from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
@@ -97,7 +98,10 @@ class Run:
 
 def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     """The policy's components and its initial model state (preset init or HF weights)."""
-    placement = split_devices(cfg.rollout_devices)
+    try:  # the devices are known only here: a recorded config may come from a larger machine
+        placement = split_devices(cfg.rollout_devices)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     mesh = make_mesh(*cfg.mesh, devices=placement.train)
     tokenizer = _tokenizer(cfg)
     problems = load_problems(cfg)
@@ -112,7 +116,8 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
         cfg=cfg, model_cfg=model_cfg, mesh=mesh, tokenizer=tokenizer, pad_id=_pad_id(tokenizer),
         graphdef=graphdef,
         state_shardings=param_shardings(params, mesh),
-        engine=Engine.from_split(sampler_graphdef or graphdef, sampled, cfg.engine),
+        engine=Engine.from_split(sampler_graphdef or graphdef, sampled, cfg.engine,
+                                 placement.rollout_mesh() if placement.disaggregated else None),
         sandbox=_sandbox(cfg), agent_cfg=_agent_config(cfg, tokenizer), problems=problems,
         rollout_shardings=_rollout_shardings(sampled, placement),
         merge=merge)
@@ -123,7 +128,8 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
 def restored_policy(cfg: RunConfig, workdir: str) -> tuple[Policy, int]:
     """The policy with the newest checkpoint of ``workdir`` published (its parameters only: no
     optimizer or training state is built or read), and that checkpoint's step."""
-    policy_, params = build_policy(cfg)
+    # Colocated: without training there is nothing for the sampler to overlap with.
+    policy_, params = build_policy(dataclasses.replace(cfg, rollout_devices=0))
     try:
         params, step = restore_params(workdir, params, policy_.state_shardings)
     except FileNotFoundError:
@@ -198,9 +204,11 @@ def sampler_weights(policy_: Policy, params: nnx.State) -> nnx.State:
     on its own devices. Copies move device to device (every process must call it)."""
     if policy_.merge is not None:
         params = policy_.merge(params)
-    if policy_.rollout_shardings is not None:
-        params = per_host_copy(params, policy_.rollout_shardings)
-    return params
+    if policy_.rollout_shardings is None:
+        return params
+    if jax.process_count() == 1:  # disaggregated: the sampler's own devices
+        return copy_across(params, policy_.rollout_shardings)
+    return per_host_copy(params, policy_.rollout_shardings)
 
 
 def _merged_sampling(model: nnx.Module) -> tuple[nnx.GraphDef | None, Any]:

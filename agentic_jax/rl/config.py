@@ -111,16 +111,13 @@ class RunConfig:
         if self.data.decontaminate and not self.eval.benchmarks:
             raise ConfigError("data.decontaminate: expected eval.benchmarks to name the "
                               "evaluation sets to decontaminate against, got True with none")
+        if self.rollout_devices < 0:  # the device count is checked when the policy is built
+            raise ConfigError(f"mesh.rollout_devices: expected a number >= 0, got "
+                              f"{self.rollout_devices}")
         if self.rl.async_mode != "sync" and _processes() > 1:
             raise ConfigError(f"rl.async_mode: expected 'sync' with {_processes()} processes "
                               f"(overlapped rollouts run in one process), got "
                               f"{self.rl.async_mode!r}")
-        from agentic_jax.parallel.placement import split_devices
-
-        try:
-            split_devices(self.rollout_devices)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
 
 
 def read_config(config: ml_collections.ConfigDict) -> RunConfig:

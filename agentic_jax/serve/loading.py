@@ -44,5 +44,7 @@ def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
 
 
 def _inference_config(cfg: Any) -> Any:
-    """The run's settings without its periodic held-out evaluation (never run here)."""
-    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0))
+    """The run's settings without its periodic held-out evaluation (never run here), sampling
+    on the trainer's devices (nothing trains here for a sampler of its own to overlap with)."""
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0),
+                               rollout_devices=0)

@@ -90,7 +90,6 @@ def test_unknown_variant():
     ("data.levels", (0, 6)),
     ("data.decontaminate", True),
     ("mesh.rollout_devices", -1),
-    ("mesh.rollout_devices", 8),  # the test process has 8 devices: none left to train
 ])
 def test_bad_value_is_one_error_naming_the_field(field, value):
     config = tiny_config(**{field: value})
@@ -99,6 +98,14 @@ def test_bad_value_is_one_error_naming_the_field(field, value):
     message = str(err.value)
     assert message.startswith(field), message
     assert "\n" not in message
+
+
+def test_rollout_devices_must_leave_the_trainer_a_device():
+    from agentic_jax.rl.builders import build_policy
+
+    cfg = read_config(tiny_config(**{"mesh.rollout_devices": 8}))  # the tests have 8 devices
+    with pytest.raises(ConfigError, match="^mesh.rollout_devices: expected fewer than the 8"):
+        build_policy(cfg)
 
 
 def test_ppo_needs_the_value_head():

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.rollout.constrain import batch_bitmasks
@@ -51,13 +52,17 @@ class Engine:
 
     @classmethod
     def from_split(cls, graphdef: nnx.GraphDef, params: nnx.State,
-                   cfg: EngineConfig | None = None) -> Engine:
-        """An engine for a model given as (graph definition, state), e.g. a training run's."""
+                   cfg: EngineConfig | None = None, mesh: Mesh | None = None) -> Engine:
+        """An engine for a model given as (graph definition, state), e.g. a training run's.
+        ``mesh``: the devices it will sample on, when they are not the default device's
+        (its KV pool is created there)."""
         engine = cls.__new__(cls)
-        engine._build(graphdef, params, nnx.merge(graphdef, params).cfg, cfg or EngineConfig())
+        engine._build(graphdef, params, nnx.merge(graphdef, params).cfg, cfg or EngineConfig(),
+                      mesh)
         return engine
 
-    def _build(self, graphdef, params, model_cfg, cfg: EngineConfig) -> None:
+    def _build(self, graphdef, params, model_cfg, cfg: EngineConfig,
+               mesh: Mesh | None = None) -> None:
         self.cfg, self.model_cfg = cfg, model_cfg
         self.graphdef, self.params = graphdef, params
         ps = cfg.page_size
@@ -71,7 +76,7 @@ class Engine:
                              f"{ps} positions)")
         self.pool = PagePool(pages)
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
-        self.kv = pm.init_paged_kv(model_cfg, pages, ps)
+        self.kv = pm.init_paged_kv(model_cfg, pages, ps, mesh)
         self.stats = EngineStats(pool_pages=pages, page_bytes=page_bytes(model_cfg, ps))
         self.seqs: dict[Hashable, Seq] = {}
         self.waiting: collections.deque[Seq] = collections.deque()

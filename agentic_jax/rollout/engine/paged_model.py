@@ -21,6 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding
 
 from agentic_jax.kernels.paged_attention import (
     PagePairs,
@@ -31,6 +32,7 @@ from agentic_jax.kernels.paged_attention import (
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.layers import dense
 from agentic_jax.models.lora import adapter_output
+from agentic_jax.models.partitioning import logical_to_mesh_spec
 from agentic_jax.models.rope import rope_inverse_frequencies
 from agentic_jax.rollout.sampling import sample_tokens
 
@@ -51,9 +53,21 @@ class PagedKV:
         return self.k.shape[2]
 
 
-def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int) -> PagedKV:
+def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int,
+                  mesh: Mesh | None = None) -> PagedKV:
+    """A zero pool: uncommitted on the default device, or created in place over ``mesh`` (the
+    devices the engine samples on) with kv heads over its "tensor" axis where they divide."""
     shape = (cfg.num_layers, cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
-    return PagedKV(k=jnp.zeros(shape, cfg.compute_dtype), v=jnp.zeros(shape, cfg.compute_dtype))
+
+    def zeros() -> PagedKV:
+        return PagedKV(k=jnp.zeros(shape, cfg.compute_dtype),
+                       v=jnp.zeros(shape, cfg.compute_dtype))
+
+    if mesh is None:
+        return zeros()
+    spec = logical_to_mesh_spec(("layers", "kv_heads", None, None, "head_dim"), shape=shape,
+                                mesh=mesh)
+    return jax.jit(zeros, out_shardings=NamedSharding(mesh, spec))()
 
 
 class SlotState(NamedTuple):
