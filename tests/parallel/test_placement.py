@@ -3,6 +3,8 @@
 import jax
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from agentic_jax.parallel import make_mesh, param_shardings, per_host_copy, split_devices
 from agentic_jax.parallel.placement import copy_across
@@ -38,37 +40,57 @@ def test_several_processes_refuse_disaggregation():
     assert split_devices(0, processes=2).train == tuple(jax.devices())
 
 
-def test_weights_move_to_the_sampler_devices_device_to_device(monkeypatch):
-    """`copy_across` lays the trainer's sharded arrays out on the sampler's tensor-parallel
-    mesh with the same values, in buffers of their own, and never fetches one to the host
-    (which `jax.device_put` between these device sets would)."""
-    from flax import nnx
+def _spy_on_host_fetches(monkeypatch) -> list:
+    """Records every array fetched to the host (`jax.Array._value`) from now on."""
     from jax._src.array import ArrayImpl
 
-    from agentic_jax.models import ModelConfig, Transformer
-
-    placement = split_devices(2)
-    train_mesh = make_mesh(1, -1, 1, devices=placement.train)
-    cfg = ModelConfig(vocab_size=64, hidden_size=48, intermediate_size=96, num_layers=1,
-                      num_heads=4, num_kv_heads=2, head_dim=12)
-    params = nnx.state(Transformer(cfg, rngs=nnx.Rngs(0)))
-    params = jax.device_put(params, param_shardings(params, train_mesh))
     fetched = []
     value = ArrayImpl._value
     monkeypatch.setattr(ArrayImpl, "_value",
                         property(lambda self: fetched.append(self.shape) or value.fget(self)))
-    sampler = copy_across(params, param_shardings(params, placement.rollout_mesh()))
-    jax.block_until_ready(sampler)
+    return fetched
+
+
+def test_weights_move_to_the_sampler_devices_device_to_device(monkeypatch):
+    """`copy_across` lays the trainer's sharded arrays out on the sampler's tensor-parallel
+    mesh with the same values, in buffers of their own, and never fetches one to the host
+    (which `jax.device_put` between these device sets does)."""
+    placement = split_devices(2)
+    train_mesh = make_mesh(1, -1, 1, devices=placement.train)  # fsdp over 6 devices
+    rollout_mesh = placement.rollout_mesh()
+    values = {"embed": np.arange(60 * 48.0).reshape(60, 48), "w": np.ones((48, 96)),
+              "scale": np.linspace(0.0, 1.0, 48)}
+    values = {k: v.astype(np.float32) for k, v in values.items()}
+    train_specs = {"embed": P("fsdp", None), "w": P(None, "fsdp"), "scale": P()}
+    sampler_specs = {"embed": P(None, "tensor"), "w": P("tensor", None), "scale": P()}
+    params = {k: jax.device_put(v, NamedSharding(train_mesh, train_specs[k]))
+              for k, v in values.items()}
+    targets = {k: NamedSharding(rollout_mesh, spec) for k, spec in sampler_specs.items()}
+    fetched = _spy_on_host_fetches(monkeypatch)
+    sampler = jax.block_until_ready(copy_across(params, targets))
     assert fetched == []
-    monkeypatch.undo()
-    for trained, sampled in zip(jax.tree.leaves(params), jax.tree.leaves(sampler)):
-        assert set(sampled.sharding.device_set) == set(placement.rollout)
-        assert set(trained.sharding.device_set) == set(placement.train)
-        np.testing.assert_array_equal(np.asarray(trained), np.asarray(sampled))
-    # Heads are split over the two sampler devices (tensor parallel), not replicated.
-    assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(sampler))
-    # The spy sees what a plain device_put between the two meshes does.
-    monkeypatch.setattr(ArrayImpl, "_value",
-                        property(lambda self: fetched.append(self.shape) or value.fget(self)))
-    jax.block_until_ready(per_host_copy(params, param_shardings(params, placement.rollout_mesh())))
+    jax.block_until_ready(per_host_copy(params, targets))  # plain device_put, for contrast
     assert fetched
+    monkeypatch.undo()
+    for key, array in sampler.items():
+        assert array.sharding == targets[key]
+        assert set(params[key].sharding.device_set) == set(placement.train)
+        np.testing.assert_array_equal(np.asarray(array), values[key])
+
+
+def test_the_sampler_mesh_splits_heads_and_holds_the_kv_pool():
+    from flax import nnx
+
+    from agentic_jax.models import ModelConfig, Transformer
+    from agentic_jax.rollout.engine.paged_model import init_paged_kv
+
+    placement = split_devices(2)
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
+                      num_heads=4, num_kv_heads=2, head_dim=8)
+    abstract = nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    shardings = jax.tree.leaves(param_shardings(abstract, placement.rollout_mesh()))
+    assert any("tensor" in s.spec for s in shardings)  # tensor parallel, not replicated
+    kv = init_paged_kv(cfg, num_pages=4, page_size=8, mesh=placement.rollout_mesh())
+    assert kv.k.sharding.device_set == set(placement.rollout)
+    assert kv.k.sharding.spec[1] == "tensor"  # kv heads split over the sampler's devices
+    assert init_paged_kv(cfg, num_pages=4, page_size=8).k.committed is False

@@ -1,6 +1,7 @@
 """A policy built with disaggregated placement: what lives on which devices."""
 
 import jax
+import pytest
 from train_testing import tiny_config
 
 from agentic_jax.rl.builders import build_policy, publish
@@ -11,6 +12,7 @@ def _devices(tree):
     return set().union(*(x.sharding.device_set for x in jax.tree.leaves(tree)))
 
 
+@pytest.mark.slow  # a whole policy with its sandbox; tests/parallel/test_placement.py has the parts
 def test_the_engine_samples_on_its_own_devices():
     policy, params = build_policy(read_config(tiny_config(**{"mesh.rollout_devices": 2})))
     try:
