@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # ~50 s: every check in a subprocess; each part has its own fast tests
 def test_dry_run_writes_every_check(tmp_path):
     run = subprocess.run(
         [sys.executable, str(_REPO / "tools" / "accelerator_report.py"), "--dry_run", "--out",
