@@ -130,6 +130,19 @@ def _fmt_time(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(round(seconds % 60)):02d} s"
 
 
+def _shipped_note(runs: Sequence[Run]) -> str:
+    """How the runs got their warm start: loaded (the package's saved result of the recipe)
+    or trained."""
+    loaded = [r for r in runs if r.summary.get("warmstart", {}).get("warmstart/shipped")]
+    if not loaded:
+        return ""
+    trained = ", ".join(_fmt_time(r.summary["warmstart"]["warmstart/trained_s"]) for r in loaded)
+    return (f" (the package holds this recipe's result for seed{'s' if len(loaded) > 1 else ''} "
+            f"{', '.join(str(r.seed) for r in loaded)}, and the run{'s' if len(loaded) > 1 else ''}"
+            f" loaded it; training it took {trained} on the same machine, and "
+            "`--config.warmstart.shipped=False` trains it again)")
+
+
 def section(runs: Sequence[Run], figure_path: str) -> str:
     main = runs[0]
     c = main.config
@@ -140,8 +153,8 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
         f"{seeds} (the second with `--config.seed=1`). A "
         f"{main.summary['num_params'] / 1e6:.1f}M-parameter model is warm-started for "
         f"{c['warmstart']['steps']:,} supervised steps, in which "
-        f"{ws.get('warmstart/tool_fraction', float('nan')):.0%} of the examples use the tool; "
-        f"then {c['training']['total_steps']} PPO steps of {c['training']['batch_size']} "
+        f"{ws.get('warmstart/tool_fraction', float('nan')):.0%} of the examples use the tool"
+        f"{_shipped_note(runs)}; then {c['training']['total_steps']} PPO steps of {c['training']['batch_size']} "
         f"prompts x {c['rl']['group_size']} samples on {', '.join(c['data']['kinds'])} "
         f"({' then '.join(c['data']['stages'])}: the curriculum moves on at "
         f"{c['data']['scheduler_threshold']:.0%} rolling accuracy).",

@@ -270,13 +270,16 @@ class EnvironmentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
-    """``warmstart.*``: supervised steps on reference solutions before RL."""
+    """``warmstart.*``: supervised steps on reference solutions before RL. ``shipped``: load the
+    packaged result of this exact recipe where there is one (`rl.warmstart.find_shipped`)
+    instead of training it again."""
 
     enabled: bool
     steps: int
     batch_size: int
     lr: float
     tool_fraction: float
+    shipped: bool = False
 
     def __post_init__(self):
         if self.enabled:

@@ -114,6 +114,10 @@ def _start(run: Run, state: TrainState, workdir: str,
     elif cfg.warmstart.enabled and not cfg.model.path:
         params, metrics = warm_start(run, params, progress=progress)
         info.update(metrics)
+        if metrics.get("warmstart/shipped"):
+            _say(f"warm start: loaded the package's saved result of this recipe (training it "
+                 f"took {metrics.get('warmstart/trained_s', float('nan')):.0f} s; "
+                 "--config.warmstart.shipped=False trains it again)")
     elif cfg.warmstart.enabled:
         _say("warm start skipped: model.path is a pretrained model (warmstart.enabled applies "
              "to models trained from scratch)")

@@ -80,3 +80,20 @@ def test_report_leaves_a_readme_without_markers_alone(tmp_path):
                             cwd=_REPO)
     assert readme.read_text() == "# nothing to replace\n"
     assert "left as it is" in result.stdout
+
+
+def test_report_says_when_the_warm_start_was_loaded(tmp_path):
+    _fake_run(tmp_path / "s0", 0, 0.9)
+    summary_path = tmp_path / "s0" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["warmstart"].update({"warmstart/shipped": 1.0, "warmstart/trained_s": 798.1,
+                                 "warmstart/time_s": 1.3})
+    summary_path.write_text(json.dumps(summary))
+    out = tmp_path / "results"
+    subprocess.run([sys.executable, str(_REPO / "tools" / "default_run_report.py"),
+                    str(tmp_path / "s0"), f"--out_dir={out}", "--readme="],
+                   check=True, capture_output=True, cwd=_REPO)
+    section = (out / "default_run.md").read_text()
+    assert ("the package holds this recipe's result for seed 0, and the run loaded it; "
+            "training it took 13 min 18 s") in section
+    assert "warmstart.shipped=False" in section
