@@ -77,6 +77,10 @@ def _default() -> ml_collections.ConfigDict:
     c.training.ppo_epochs = 2
     c.training.minibatches = 2
     c.training.micro_batches = 1  # gradient accumulation inside the compiled step
+    # Update minibatches packed into rows of max_length tokens, several episodes a row kept
+    # apart by segment ids, instead of one padded episode a row (rl.aggregation=sequence_mean or
+    # sequence_sum needs False).
+    c.training.pack_sequences = True
     c.training.max_skipped_updates = 5  # consecutive non-finite updates before stopping
     c.training.offload_optimizer = False  # optimizer state in pinned host memory (ZeRO-3 offload)
 

@@ -111,6 +111,10 @@ class RunConfig:
         if self.data.decontaminate and not self.eval.benchmarks:
             raise ConfigError("data.decontaminate: expected eval.benchmarks to name the "
                               "evaluation sets to decontaminate against, got True with none")
+        if self.training.pack_sequences and self.loss.aggregation != "token_mean":
+            raise ConfigError(f"training.pack_sequences: expected False with rl.aggregation="
+                              f"{self.loss.aggregation!r} (a packed row holds several "
+                              "sequences; packing keeps token_mean exact), got True")
         if self.rollout_devices < 0:  # the device count is checked when the policy is built
             raise ConfigError(f"mesh.rollout_devices: expected a number >= 0, got "
                               f"{self.rollout_devices}")

@@ -42,6 +42,9 @@ class TrainingConfig:
     micro_batches: int
     max_skipped_updates: int
     offload_optimizer: bool
+    # Update minibatches packed into rows of max_length tokens (several episodes a row, apart
+    # by segment ids) instead of one right-padded episode a row.
+    pack_sequences: bool = False
 
     def __post_init__(self):
         _positive(self, "batch_size", "total_steps", "max_length", "ppo_epochs", "minibatches",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,8 @@ from agentic_jax.rl import off_policy
 from agentic_jax.rl.kl import kl_estimate
 from agentic_jax.rl.step import TrainBatch, compute_logprobs
 from agentic_jax.rollout import RolloutBatch
+
+Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,25 @@ def make_train_batch(
     ref_state: nnx.State | None = None,
     batch_sharding: Any = None,
 ) -> tuple[TrainBatch | None, dict[str, float]]:
-    """Builds the update's batch; None when the filters leave nothing to learn from.
+    """Builds the update's batch; None when the filters leave nothing to learn from (see
+    `make_experience`, which also gives the rows' lengths)."""
+    batch, stats, _ = make_experience(rollout, cfg, graphdef=graphdef, state=state,
+                                      ref_state=ref_state, batch_sharding=batch_sharding)
+    return batch, stats
+
+
+def make_experience(
+    rollout: RolloutBatch,
+    cfg: ExperienceConfig,
+    *,
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    ref_state: nnx.State | None = None,
+    batch_sharding: Any = None,
+) -> tuple[TrainBatch | None, dict[str, float], np.ndarray | None]:
+    """(the update's batch, its stats, every row's token count in the global batch's row order,
+    on every host); the batch and the lengths are None when the filters leave nothing to learn
+    from.
 
     Old log-probs and values are recomputed by the trainer's own forward pass (so the PPO ratio
     starts at exactly 1); the sampler's log-probs ride along to measure the mismatch
@@ -59,7 +79,7 @@ def make_train_batch(
     """
     selected, stats = _select_rows(rollout, cfg)
     if selected is None:
-        return None, stats
+        return None, stats, None
     rows, group_ids, loss_mask = selected
 
     def put(x):
@@ -89,7 +109,7 @@ def make_train_batch(
         advantages=advantages, returns=returns, old_values=values,
         ref_logprobs=None if cfg.kl_in_reward else ref_logprobs,
         sampler_logprobs=sampler_logprobs, is_weights=corrected[0])
-    return batch, stats
+    return batch, stats, np.asarray(gather_rows(rows.lengths.astype(np.int32)))
 
 
 @functools.partial(jax.jit, static_argnames="cfg")
@@ -144,14 +164,95 @@ def _row_taker(sharding: Any):
 
 
 def minibatches(batch: TrainBatch, num: int, rng: np.random.Generator,
-                batch_sharding: Any = None):
+                batch_sharding: Any = None, *, lengths: np.ndarray | None = None,
+                pack_width: int = 0, row_multiple: int = 1):
     """Yields ``num`` row-disjoint minibatches of a shuffled batch (the same on every host:
-    ``rng`` is seeded alike everywhere)."""
+    ``rng`` is seeded alike everywhere).
+
+    With ``pack_width`` each minibatch's episodes (``lengths[i]`` tokens of row i) are packed
+    into rows of that many tokens (`pack_plan`, `pack_rows`): the same episodes in fewer rows,
+    told apart by segment ids. The number of rows is rounded up to ``row_multiple``.
+    """
     n = batch.tokens.shape[0]
     if n % num:
         raise ValueError(f"batch of {n} rows does not split into {num} minibatches")
+    if pack_width and lengths is None:
+        raise ValueError("minibatches: packing needs the rows' lengths")
     order = rng.permutation(n)
     size = n // num
     take = _row_taker(batch_sharding)
     for i in range(num):
-        yield take(batch, np.sort(order[i * size:(i + 1) * size]).astype(np.int32))
+        rows = np.sort(order[i * size:(i + 1) * size]).astype(np.int32)
+        if not pack_width:
+            yield take(batch, rows)
+            continue
+        plan = pack_plan(lengths[rows], pack_width, row_multiple)
+        yield _packer(batch_sharding)(batch, rows[plan.rows], plan.cols, plan.segment_ids)
+
+
+class PackPlan(NamedTuple):
+    """Where each token of the packed rows comes from: ``rows`` / ``cols`` [R, W] index the
+    episode (a row of the minibatch) and its token; ``segment_ids`` [R, W] number the episodes
+    of a packed row from 1, with 0 on the padding (whose indices point at token 0 of row 0)."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    segment_ids: np.ndarray
+
+
+def pack_plan(lengths: np.ndarray, width: int, row_multiple: int = 1) -> PackPlan:
+    """First-fit decreasing: episodes of ``lengths`` tokens, longest first, each into the first
+    packed row of ``width`` tokens with room for it. The row count is rounded up to
+    ``row_multiple`` (data shards x micro-batches), padding rows holding no episode."""
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > width):
+        raise ValueError(f"pack_plan: episode lengths {lengths.min()}..{lengths.max()} do not "
+                         f"fit rows of {width} tokens")
+    free: list[int] = []
+    placed: list[list[int]] = []
+    for i in sorted(range(lengths.size), key=lambda i: (-lengths[i], i)):
+        row = next((r for r, room in enumerate(free) if room >= lengths[i]), None)
+        if row is None:
+            free.append(width)
+            placed.append([])
+            row = len(free) - 1
+        free[row] -= int(lengths[i])
+        placed[row].append(i)
+    count = max(1, -(-len(placed) // row_multiple) * row_multiple)
+    rows = np.zeros((count, width), np.int32)
+    cols = np.zeros((count, width), np.int32)
+    segment_ids = np.zeros((count, width), np.int32)
+    for r, episodes in enumerate(placed):
+        at = 0
+        for seg, i in enumerate(episodes, start=1):
+            n = int(lengths[i])
+            rows[r, at:at + n] = i
+            cols[r, at:at + n] = np.arange(n)
+            segment_ids[r, at:at + n] = seg
+            at += n
+    return PackPlan(rows, cols, segment_ids)
+
+
+@functools.lru_cache(maxsize=None)
+def _packer(sharding: Any):
+    """A compiled gather of a batch's tokens into packed rows (`pack_rows`) laid out with
+    ``sharding``."""
+    fn = functools.partial(pack_rows)
+    return jax.jit(fn) if sharding is None else jax.jit(fn, out_shardings=sharding)
+
+
+def pack_rows(batch: TrainBatch, rows: Array, cols: Array, segment_ids: Array) -> TrainBatch:
+    """The batch's tokens gathered into packed rows: ``rows`` / ``cols`` [R, W] name each
+    token's source row and column, ``segment_ids`` [R, W] its episode within the packed row
+    (0: padding, which is masked out of every loss term). Positions come along, so each episode
+    keeps its own; attention stays within a segment."""
+    real = segment_ids > 0
+
+    def gather(x):
+        if x is None:
+            return None
+        return x[rows, cols]
+
+    packed = jax.tree.map(gather, batch)
+    return packed.replace(loss_mask=jnp.where(real, packed.loss_mask, 0.0),
+                          segment_ids=segment_ids)

@@ -7,17 +7,19 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from agentic_jax.rl.builders import Run
-from agentic_jax.rl.experience import make_train_batch, minibatches
+from agentic_jax.rl.experience import make_experience, minibatches
 from agentic_jax.rl.state import TrainState, reference_state
 from agentic_jax.rollout import Episode, RolloutBatch
 
 logger = logging.getLogger(__name__)
+PACKED_ROW_BUCKET = 8
 
 
 class TrainingDiverged(RuntimeError):
@@ -40,7 +42,7 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
     t = run.cfg.training
     rollout = RolloutBatch.from_episodes(episodes, length=t.max_length,
                                          pad_id=run.policy.pad_id)
-    batch, stats = make_train_batch(
+    batch, stats, lengths = make_experience(
         rollout, run.experience, graphdef=run.policy.graphdef, state=state.params,
         ref_state=reference_state(state, run.cfg.rl.needs_reference),
         batch_sharding=run.batch_sharding)
@@ -48,10 +50,16 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
         return UpdateResult(state, {**stats, "skipped": 1.0}, skipped_in_a_row)
     rng = np.random.default_rng([run.cfg.seed, step])
     params, opt_state = state.params, state.opt_state
+    packing = {}
+    if t.pack_sequences:
+        # Packed row counts come in a few sizes only (each compiles once), split evenly over
+        # the data shards and micro-batches.
+        packing = dict(lengths=lengths, pack_width=t.max_length, row_multiple=math.lcm(
+            PACKED_ROW_BUCKET, run.row_multiple // t.minibatches))
     sums: dict[str, float] = {}
     n = 0
     for _ in range(t.ppo_epochs):
-        for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding):
+        for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding, **packing):
             params, opt_state, metrics = run.step_fn(params, opt_state, mb)
             metrics = jax.device_get(metrics)
             skipped_in_a_row = _count_skips(metrics, skipped_in_a_row, t.max_skipped_updates)

@@ -100,6 +100,15 @@ def test_bad_value_is_one_error_naming_the_field(field, value):
     assert "\n" not in message
 
 
+def test_packing_needs_token_mean_aggregation():
+    with pytest.raises(ConfigError, match="^training.pack_sequences: expected False with "
+                                          "rl.aggregation='sequence_mean'"):
+        read_config(tiny_config(**{"rl.aggregation": "sequence_mean"}))
+    cfg = read_config(tiny_config(**{"rl.aggregation": "sequence_mean",
+                                     "training.pack_sequences": False}))
+    assert cfg.loss.aggregation == "sequence_mean" and not cfg.training.pack_sequences
+
+
 def test_rollout_devices_must_leave_the_trainer_a_device():
     from agentic_jax.rl.builders import build_policy
 
