@@ -83,6 +83,7 @@ def test_two_processes_reduce_one_global_array():
 _BATCH_WORKER = Path(__file__).with_name("two_process_batch_worker.py")
 
 
+@pytest.mark.slow  # the two-process reduction above runs by default
 def test_hosts_keeping_different_row_counts_form_one_batch():
     outputs = _workers(_BATCH_WORKER)
     first, second = outputs

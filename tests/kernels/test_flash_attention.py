@@ -45,6 +45,7 @@ def test_random_shapes(seed):
     assert_matches_reference(_random_case(seed), seed=seed, interpret=True, block_q=16, block_kv=32)
 
 
+@pytest.mark.slow  # the random-shape cases check the kernel against the reference by default
 def test_default_blocks_and_vmap():
     """Default tile sizes, and vmap over an extra leading axis through the custom VJP."""
     case = Case(2, 24, 24, 2, 1, 64)

@@ -122,6 +122,7 @@ class _CheckedPool:
         pool.alloc = checked
 
 
+@pytest.mark.slow  # a soak; the pause / release tests below check the page counts by default
 def test_no_page_leak_after_1000_requests(model):
     rng = np.random.default_rng(1)
     engine = Engine(model, EngineConfig(num_slots=16, page_size=4, kv_pages=48, max_seq_len=48,

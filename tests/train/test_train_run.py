@@ -122,6 +122,7 @@ def test_evaluate_reads_the_run_config(full_run):
     assert results["direct"] == summary["final"]["direct"]
 
 
+@pytest.mark.slow  # tests/rl/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
     import agentic_jax.rl.rollouts as rollouts_lib
 

@@ -9,7 +9,6 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from train_testing import tiny_config
 
 from agentic_jax.rl import warmstart
 from agentic_jax.rl.builders import build_run
@@ -27,29 +26,31 @@ def _leaves(params):
 
 
 @pytest.fixture(scope="module")
-def small_run():
-    run, state = build_run(read_config(tiny_config(**{
-        "warmstart.enabled": True, "warmstart.steps": 3, "warmstart.batch_size": 8,
-        "warmstart.shipped": False})))
+def default_run():
+    """The default command's run (seed 0), as built in these tests' 8 simulated devices."""
+    run, state = build_run(read_config(get_config()))
     yield run, state
     run.policy.close()
 
 
 def _with(run, *, cfg=None, policy=None):
-    """``run`` seen with another config or policy (what `recipe` reads of it)."""
+    """``run`` seen with another config or policy (what `recipe` and `warm_start` read)."""
     return types.SimpleNamespace(cfg=cfg or run.cfg, policy=policy or run.policy,
-                                 row_multiple=run.row_multiple)
+                                 row_multiple=run.row_multiple, shardings=run.shardings)
 
 
-def test_recipe_follows_what_the_warm_start_depends_on(small_run):
-    run, _ = small_run
-    cfg, base = run.cfg, warmstart.recipe(run)
+def test_recipe_follows_what_the_warm_start_depends_on(default_run):
+    run, _ = default_run
+    # A 4-step warm start draws 64 problems: a quick digest.
+    cfg = dataclasses.replace(run.cfg, warmstart=dataclasses.replace(run.cfg.warmstart, steps=4))
+    run = _with(run, cfg=cfg)
+    base = warmstart.recipe(run)
     assert warmstart.recipe(run) == base  # deterministic
     rl_only = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, lr=1.0))
     assert warmstart.recipe(_with(run, cfg=rl_only)) == base
     for changed in (
         dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, lr=1.0)),
-        dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, steps=4)),
+        dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, steps=5)),
         dataclasses.replace(cfg, seed=cfg.seed + 1),
         dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, max_length=95)),
     ):
@@ -61,9 +62,9 @@ def test_recipe_follows_what_the_warm_start_depends_on(small_run):
     assert (warmstart.recipe(_with(run, policy=reworded))["examples"] != base["examples"])
 
 
-def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(small_run, tmp_path,
+def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(default_run, tmp_path,
                                                                    monkeypatch):
-    run, state = small_run
+    run, state = default_run
     # Any parameters stand for a trained result (other than the model's own initialisation).
     trained = jax.tree.map(lambda x: x + 0.5, state.params)
     metrics = {"warmstart/loss": 0.25, "warmstart/examples": 64.0,
@@ -83,7 +84,6 @@ def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(small_run, tm
     monkeypatch.setattr(warmstart, "SHIPPED_DIR", root)
     shipped_run = _with(run, cfg=dataclasses.replace(
         run.cfg, warmstart=dataclasses.replace(run.cfg.warmstart, shipped=True)))
-    shipped_run.shardings = run.shardings
     params, info = warmstart.warm_start(shipped_run, _copy(state.params), progress=False)
     for key, value in _leaves(params).items():
         np.testing.assert_array_equal(value, expected[key], err_msg=str(key))
@@ -98,15 +98,17 @@ def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(small_run, tm
         raise Trains
 
     monkeypatch.setattr(warmstart, "build_examples", stop)
+    unshipped = _with(run, cfg=dataclasses.replace(
+        run.cfg, warmstart=dataclasses.replace(run.cfg.warmstart, shipped=False)))
     with pytest.raises(Trains):
-        warmstart.warm_start(run, state.params, progress=False)
+        warmstart.warm_start(unshipped, state.params, progress=False)
     monkeypatch.setattr(warmstart, "SHIPPED_DIR", tmp_path / "empty")
     with pytest.raises(Trains):
         warmstart.warm_start(shipped_run, state.params, progress=False)
 
 
-def test_a_result_that_does_not_fit_the_model_is_refused(small_run, tmp_path):
-    run, state = small_run
+def test_a_result_that_does_not_fit_the_model_is_refused(default_run, tmp_path):
+    run, state = default_run
     wanted = warmstart.recipe(run)
     flat = dict(nnx.to_flat_state(state.params))
     path = next(iter(flat))
@@ -128,26 +130,34 @@ def test_a_result_that_does_not_fit_the_model_is_refused(small_run, tmp_path):
         warmstart.find_shipped(wanted, tmp_path)
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_the_package_holds_the_default_recipe_for_seeds_0_and_1(seed):
-    """The saved results are what the default command's warm start trains: a change to the
+def _check_shipped(run, state, seed):
+    wanted = warmstart.recipe(run)
+    found = warmstart.SHIPPED_DIR / f"seed{seed}"
+    stored = warmstart.read_info(found)["recipe"]
+    # These tests see 8 simulated devices; the default command sees this machine's one CPU.
+    assert stored.pop("devices") == {"platform": "cpu", "count": 1, "processes": 1,
+                                     "mesh": {"data": 1, "fsdp": 1, "tensor": 1}}
+    wanted.pop("devices")
+    assert stored == wanted, json.dumps(
+        {k: (stored.get(k), wanted.get(k)) for k in stored.keys() | wanted.keys()
+         if stored.get(k) != wanted.get(k)})
+    loaded = warmstart.load_result(found, state.params, run.shardings.state)
+    assert _leaves(loaded).keys() == _leaves(state.params).keys()
+
+
+def test_the_package_holds_the_default_recipe(default_run):
+    """The saved result is what the default command's warm start trains: a change to the
     default recipe (config, problems, texts, tokenizer) must come with new results
     (python tools/build_warmstart.py, see its docstring)."""
+    _check_shipped(*default_run, seed=0)
+
+
+@pytest.mark.slow
+def test_the_package_holds_the_default_recipe_for_seed_1():
     config = get_config()
-    config.seed = seed
+    config.seed = 1
     run, state = build_run(read_config(config))
     try:
-        wanted = warmstart.recipe(run)
-        found = warmstart.SHIPPED_DIR / f"seed{seed}"
-        stored = warmstart.read_info(found)["recipe"]
-        # These tests see 8 simulated devices; the default command sees this machine's one CPU.
-        assert stored.pop("devices") == {"platform": "cpu", "count": 1, "processes": 1,
-                                         "mesh": {"data": 1, "fsdp": 1, "tensor": 1}}
-        wanted.pop("devices")
-        assert stored == wanted, json.dumps(
-            {k: (stored.get(k), wanted.get(k)) for k in stored.keys() | wanted.keys()
-             if stored.get(k) != wanted.get(k)})
-        loaded = warmstart.load_result(found, state.params, run.shardings.state)
-        assert _leaves(loaded).keys() == _leaves(state.params).keys()
+        _check_shipped(run, state, seed=1)
     finally:
         run.policy.close()
