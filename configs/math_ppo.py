@@ -7,7 +7,7 @@ Variants (the string after ``:``):
                 use the tool; seeds 0 and 1 load the package's saved result of it), then 40 PPO
                 steps of 32 prompts x 4 samples on sums, differences, products and quadratics;
                 held-out code use 0.00 -> 0.88 and accuracy with tools 0.03 -> 0.43 for seed 0,
-                about 8 minutes on 2 cores (README, Results).
+                about 6.5 minutes on 2 cores (README, Results).
   smoke         about 30 seconds on 2 cores; what the tests run. Says nothing about learning.
   hf            a pretrained Hugging Face model: pass ``--config.model.path=DIR``. The chat
                 template (the tokenizer's own; use data.template=zero for a base model without

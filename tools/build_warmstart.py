@@ -29,35 +29,13 @@ _OUT = flags.DEFINE_string("out", None, "Directory to write (params.safetensors,
 _FROM_RUN = flags.DEFINE_string("from_run", None,
                                 "A finished run directory whose step-0 checkpoint to save.")
 
-# The recorded config groups / fields a run's warm start depends on.
-_SAME_GROUPS = ("model", "tokenizer", "data", "warmstart", "mesh")
-_SAME_FIELDS = (("seed",), ("training", "max_length"), ("training", "max_grad_norm"),
-                ("training", "offload_optimizer"))
-
-
-def _differences(recorded: dict, config: dict) -> list[str]:
-    out = []
-    for group in _SAME_GROUPS:
-        a, b = dict(recorded.get(group, {})), dict(config.get(group, {}))
-        if group == "warmstart":  # whether a run may load a saved result changes nothing in it
-            a.pop("shipped", None)
-            b.pop("shipped", None)
-        out += [f"{group}.{k}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
-    for path in _SAME_FIELDS:
-        a, b = recorded, config
-        for part in path:
-            a, b = a.get(part) if isinstance(a, dict) else None, b.get(part)
-        if a != b:
-            out.append(".".join(path))
-    return out
-
-
 def _from_run(run_dir: str, config_dict: dict, like, shardings):
     from agentic_jax.rl import state as state_lib
+    from agentic_jax.rl import warmstart
 
     with open(os.path.join(run_dir, "config.json")) as f:
         recorded = json.load(f)["config"]
-    diff = _differences(recorded, config_dict)
+    diff = warmstart.config_differences(recorded, config_dict)
     if diff:
         raise ValueError(f"{run_dir}: its warm start has another recipe ({', '.join(diff)})")
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -92,9 +70,8 @@ def main(argv: list[str]) -> int:
             params, metrics = _from_run(_FROM_RUN.value, json.loads(config.to_json()),
                                         state.params, run.shardings.state)
             args = [a for a in sys.argv[1:] if not a.startswith("--from_run")]
-            made_by = (f"the step-0 checkpoint (its warm start) of the run "
-                       f"{os.path.basename(os.path.abspath(_FROM_RUN.value))}, whose recorded "
-                       f"config has this recipe; to train it again: python "
+            made_by = ("the step-0 checkpoint (its warm start) of a training run whose recorded "
+                       "config agrees in every recipe field; to train it again: python "
                        f"tools/build_warmstart.py {' '.join(args)}")
         else:
             params, metrics = warmstart.warm_start(run, state.params)

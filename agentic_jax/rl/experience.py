@@ -237,8 +237,7 @@ def pack_plan(lengths: np.ndarray, width: int, row_multiple: int = 1) -> PackPla
 def _packer(sharding: Any):
     """A compiled gather of a batch's tokens into packed rows (`pack_rows`) laid out with
     ``sharding``."""
-    fn = functools.partial(pack_rows)
-    return jax.jit(fn) if sharding is None else jax.jit(fn, out_shardings=sharding)
+    return jax.jit(pack_rows) if sharding is None else jax.jit(pack_rows, out_shardings=sharding)
 
 
 def pack_rows(batch: TrainBatch, rows: Array, cols: Array, segment_ids: Array) -> TrainBatch:

@@ -276,6 +276,32 @@ def recipe(run: Any) -> dict[str, Any]:
     }))
 
 
+# The config groups and fields a warm start's result depends on, as recorded in config.json.
+_RECIPE_GROUPS = ("model", "tokenizer", "data", "warmstart", "mesh")
+_RECIPE_FIELDS = (("seed",), ("training", "max_length"), ("training", "max_grad_norm"),
+                  ("training", "offload_optimizer"))
+
+
+def config_differences(recorded: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The recipe fields in which two configs (as plain dicts, e.g. a run's config.json) differ;
+    whether a run may load a saved result (``warmstart.shipped``) is not one of them."""
+    out = []
+    for group in _RECIPE_GROUPS:
+        a, b = dict(recorded.get(group, {})), dict(config.get(group, {}))
+        if group == "warmstart":
+            a.pop("shipped", None)
+            b.pop("shipped", None)
+        out += [f"{group}.{k}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    for path in _RECIPE_FIELDS:
+        a, b = recorded, config
+        for part in path:
+            a = a.get(part) if isinstance(a, dict) else None
+            b = b.get(part) if isinstance(b, dict) else None
+        if a != b:
+            out.append(".".join(path))
+    return out
+
+
 def read_info(directory: str | os.PathLike) -> dict[str, Any]:
     """A saved warm start's ``warmstart.json``: its recipe, metrics and how it was made."""
     path = Path(directory) / INFO_FILE
