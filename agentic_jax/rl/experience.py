@@ -43,19 +43,10 @@ class ExperienceConfig:
     off_policy: off_policy.OffPolicyConfig = off_policy.OffPolicyConfig()
 
 
-def make_train_batch(
-    rollout: RolloutBatch,
-    cfg: ExperienceConfig,
-    *,
-    graphdef: nnx.GraphDef,
-    state: nnx.State,
-    ref_state: nnx.State | None = None,
-    batch_sharding: Any = None,
-) -> tuple[TrainBatch | None, dict[str, float]]:
-    """Builds the update's batch; None when the filters leave nothing to learn from (see
-    `make_experience`, which also gives the rows' lengths)."""
-    batch, stats, _ = make_experience(rollout, cfg, graphdef=graphdef, state=state,
-                                      ref_state=ref_state, batch_sharding=batch_sharding)
+def make_train_batch(rollout: RolloutBatch, cfg: ExperienceConfig,
+                     **kwargs: Any) -> tuple[TrainBatch | None, dict[str, float]]:
+    """`make_experience` without the rows' lengths: (the update's batch or None, its stats)."""
+    batch, stats, _ = make_experience(rollout, cfg, **kwargs)
     return batch, stats
 
 
