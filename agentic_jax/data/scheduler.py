@@ -1,7 +1,8 @@
 """Adaptive curriculum: the mixture over stages follows the policy's rolling accuracy.
 
 The scheduler trains on one "current" stage at a time and keeps a floor of weight on the
-stages already passed (so they are not forgotten). When the rolling accuracy on the current
+stages already passed (so they are not forgotten), and optionally a share on the stages still
+ahead (so they are met before they become current). When the rolling accuracy on the current
 stage, over its last `window` results, reaches `threshold` with at least `min_samples`
 results, the next stage becomes current. All state is plain JSON for checkpoints.
 """
@@ -28,6 +29,8 @@ class SchedulerConfig:
       window: results per stage kept for the rolling accuracy.
       min_samples: results needed on the current stage before it can be passed.
       floor: mixture weight shared equally by the stages before the current one.
+      ahead: mixture weight shared equally by the stages after the current one (0: none; a
+        later stage is then first drawn once it is current).
       stages: stage order, easiest first.
     """
 
@@ -35,6 +38,7 @@ class SchedulerConfig:
     window: int = 256
     min_samples: int = 64
     floor: float = 0.1
+    ahead: float = 0.0
     stages: tuple[str, ...] = STAGES
 
     def __post_init__(self) -> None:
@@ -47,6 +51,9 @@ class SchedulerConfig:
                              f"got {self.min_samples}")
         if not 0.0 <= self.floor < 1.0:
             raise ValueError(f"floor: expected a value in [0, 1), got {self.floor}")
+        if not 0.0 <= self.ahead < 1.0 or self.floor + self.ahead >= 1.0:
+            raise ValueError(f"ahead: expected a value in [0, 1 - floor), got {self.ahead} "
+                             f"(floor {self.floor})")
 
 
 class CurriculumScheduler:
@@ -76,14 +83,17 @@ class CurriculumScheduler:
         return self.stages[self._current]
 
     def mixture(self) -> dict[str, float]:
-        """Sampling weight per stage: 1 - floor on the current one, floor over earlier ones."""
+        """Sampling weight per stage: ``floor`` shared by the earlier stages, ``ahead`` by the
+        later ones, the rest on the current one."""
         weights = dict.fromkeys(self.stages, 0.0)
-        if self._current == 0:
-            weights[self.stages[0]] = 1.0
-            return weights
-        for stage in self.stages[: self._current]:
-            weights[stage] = self.config.floor / self._current
-        weights[self.current_stage] = 1.0 - self.config.floor
+        earlier, later = self.stages[: self._current], self.stages[self._current + 1:]
+        floor = self.config.floor if earlier else 0.0
+        ahead = self.config.ahead if later else 0.0
+        for stage in earlier:
+            weights[stage] = floor / len(earlier)
+        for stage in later:
+            weights[stage] = ahead / len(later)
+        weights[self.current_stage] = 1.0 - floor - ahead
         return weights
 
     def accuracy(self, stage: str) -> float | None:

@@ -291,7 +291,8 @@ def _scheduler(cfg: RunConfig, train: list[Problem]) -> CurriculumScheduler:
     d = cfg.data
     return CurriculumScheduler(
         train, SchedulerConfig(threshold=d.scheduler_threshold, window=d.scheduler_window,
-                               min_samples=min(64, d.scheduler_window), stages=d.stages),
+                               min_samples=min(64, d.scheduler_window),
+                               ahead=d.scheduler_ahead, stages=d.stages),
         seed=cfg.seed)
 
 

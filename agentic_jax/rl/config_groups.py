@@ -188,6 +188,7 @@ class DataConfig:
     template: str
     scheduler_threshold: float
     scheduler_window: int
+    scheduler_ahead: float
     levels: tuple[int, ...]
     decontaminate: bool
 
@@ -199,6 +200,8 @@ class DataConfig:
               self.test_fraction)
         check(self.eval_size >= 1, "eval_size", "an integer >= 1", self.eval_size)
         check(bool(self.stages), "stages", "at least one stage", self.stages)
+        check(0 <= self.scheduler_ahead < 0.9, "scheduler_ahead", "a value in [0, 0.9)",
+              self.scheduler_ahead)
         check(all(isinstance(x, int) and 1 <= x <= 5 for x in self.levels), "levels",
               "MATH levels in 1..5 (empty: every row)", self.levels)
         check(not self.levels or self.source.startswith("file:"), "levels",

@@ -66,6 +66,23 @@ def test_stays_on_the_last_stage(problems):
     assert scheduler.mixture()["proof"] == pytest.approx(0.8)
 
 
+def test_ahead_shares_weight_over_the_later_stages(problems):
+    config = SchedulerConfig(threshold=0.8, window=20, min_samples=10, floor=0.2, ahead=0.3)
+    scheduler = CurriculumScheduler(problems, config)
+    assert scheduler.mixture() == pytest.approx({"arithmetic": 0.7, "algebra": 0.1,
+                                                 "calculus": 0.1, "proof": 0.1})
+    counts = Counter(p.stage for p in scheduler.sample(3000))
+    assert counts["arithmetic"] == pytest.approx(2100, abs=120)
+    assert min(counts[s] for s in ("algebra", "calculus", "proof")) >= 220
+    scheduler.update({"arithmetic": [1.0] * 20})
+    assert scheduler.mixture() == pytest.approx({"arithmetic": 0.2, "algebra": 0.5,
+                                                 "calculus": 0.15, "proof": 0.15})
+    for stage in ("algebra", "calculus"):
+        scheduler.update({stage: [1.0] * 20})
+    assert scheduler.mixture() == pytest.approx({"arithmetic": 0.2 / 3, "algebra": 0.2 / 3,
+                                                 "calculus": 0.2 / 3, "proof": 0.8})
+
+
 def test_state_round_trips_through_json(problems):
     scheduler = CurriculumScheduler(problems, CONFIG, seed=3)
     scheduler.sample(7)
@@ -92,5 +109,7 @@ def test_mismatched_state_and_bad_config_are_clear_errors(problems):
         SchedulerConfig(window=5, min_samples=6)
     with pytest.raises(ValueError, match="floor"):
         SchedulerConfig(floor=1.0)
+    with pytest.raises(ValueError, match="ahead"):
+        SchedulerConfig(floor=0.5, ahead=0.5)
     with pytest.raises(ValueError, match="problems"):
         CurriculumScheduler([])
