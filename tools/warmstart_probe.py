@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import json
-import random
 import sys
 import time
 
@@ -120,22 +119,14 @@ def main(argv: list[str]) -> int:
 
         arithmetic, algebra = (int(x) for x in _POOL.value.split(","))
         curriculum.DEFAULT_SIZES.update(arithmetic=arithmetic, algebra=algebra)
-    import jax
-
-    from agentic_jax.parallel import put_rows
     from agentic_jax.rl import state as state_lib
     from agentic_jax.rl import warmstart as ws
     from agentic_jax.rl.builders import build_run
     from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.losses import LossConfig
-    from agentic_jax.rl.optim import make_optimizer
-    from agentic_jax.rl.shardings import init_opt_state, train_shardings
-    from agentic_jax.rl.step import make_train_step
-    from agentic_jax.utils import round_up
 
     cfg = read_config(_CONFIG.value)
     run, state = build_run(cfg)
-    policy, w, t = run.policy, cfg.warmstart, cfg.training
+    policy, w = run.policy, cfg.warmstart
     records = []
 
     def record(step, params, extra):
@@ -153,32 +144,16 @@ def main(argv: list[str]) -> int:
             params, step = state_lib.restore_params(_INIT_FROM.value, params, run.shardings.state)
             record(int(step), params, {"init_from": _INIT_FROM.value})
             return 0
-        examples = ws.build_examples(
-            ws._problems(run), make_prompt=policy.make_prompt, tokenizer=policy.tokenizer,
-            run_code=lambda codes: ws.run_everywhere(policy.sandbox, codes),
-            tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed)
-        optimizer = make_optimizer(lr=w.lr, warmup_steps=max(1, w.steps // 10),
-                                   total_steps=w.steps, max_grad_norm=t.max_grad_norm)
-        shardings = train_shardings(params, optimizer, policy.mesh, policy.state_shardings)
-        step_fn = make_train_step(
-            policy.graphdef, optimizer,
-            LossConfig(policy_loss="reinforce", value_coef=0.0, value_clip=None), policy.mesh,
-            1, shardings=shardings)
-        opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
-                            out_shardings=shardings.opt_state)(params)
         evals = {int(x) for x in _EVALS.value} | {w.steps}
-        batch_size = round_up(w.batch_size, run.row_multiple)
-        began, tokens = time.perf_counter(), 0
-        for i, rows in enumerate(ws._batches(examples, batch_size, w.steps, cfg.seed), start=1):
-            length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), 16))
-            tokens += length * len(rows)
-            batch = put_rows(ws.pack_batch(rows, length=length, pad_id=policy.pad_id),
-                             run.batch_sharding)
-            params, opt_state, metrics = step_fn(params, opt_state, batch)
-            if i in evals:
-                record(i, params, {"examples": len(examples), "tokens": tokens,
-                                   "loss": round(float(metrics["policy_loss"]), 4),
-                                   "train_s": round(time.perf_counter() - began, 1)})
+        began = time.perf_counter()
+
+        def on_step(step, params, info):
+            if step in evals:
+                record(step, params, {"examples": info["examples"], "tokens": info["tokens"],
+                                      "loss": round(float(info["metrics"]["policy_loss"]), 4),
+                                      "train_s": round(time.perf_counter() - began, 1)})
+
+        ws.warm_start(run, params, progress=False, on_step=on_step)
     finally:
         policy.close()
     return 0

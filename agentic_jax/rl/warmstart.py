@@ -28,8 +28,9 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -172,11 +173,18 @@ class WarmStartResult(NamedTuple):
     metrics: dict[str, float]    # warmstart/ loss, examples, tool_fraction, time_s (wall)
 
 
-def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResult:
+def warm_start(run: Any, params: Any, *, progress: bool = True,
+               on_step: Callable[[int, Any, dict[str, Any]], None] | None = None
+               ) -> WarmStartResult:
     """Supervised warm start of the policy ``params`` (a `Run`'s model state).
 
     Uses the run's mesh and the same step factory as RL, with its own optimizer (``warmstart.lr``
     with a short warmup and cosine decay over ``warmstart.steps``).
+
+    ``on_step(step, params, info)``, when given, is called after every step (1-based) with the
+    new parameters and ``info``: the step's metrics (device arrays), ``tokens`` (padded tokens
+    trained on so far) and ``examples``. A watched warm start always trains, never loads a
+    saved result.
     """
     import jax
     from tqdm.auto import tqdm
@@ -193,7 +201,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
     # Rows split over the data shards (which span the processes): round the batch up to them.
     batch_size = round_up(w.batch_size, run.row_multiple)
     share = process_slice(batch_size)  # the rows of every batch this process contributes
-    if w.shipped:
+    if w.shipped and on_step is None:
         found = find_shipped(recipe(run))
         if found is not None:
             logger.info("warm start: loading %s, the saved result of this exact recipe", found)
@@ -218,6 +226,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
     metrics: dict[str, float] = {}
     batches = _batches(examples, batch_size, w.steps, cfg.seed)
     bar = tqdm(range(w.steps), desc="warm start", disable=not progress, leave=False)
+    tokens = 0
     for i in bar:
         rows = batches[i]
         # Pad to the batch's longest example (rounded up, so only a few shapes compile).
@@ -225,6 +234,9 @@ def warm_start(run: Any, params: Any, *, progress: bool = True) -> WarmStartResu
         batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
                          run.batch_sharding)
         params, opt_state, m = step_fn(params, opt_state, batch)
+        tokens += length * len(rows)
+        if on_step is not None:
+            on_step(i + 1, params, {"metrics": m, "tokens": tokens, "examples": len(examples)})
         if i % 20 == 0 or i == w.steps - 1:
             metrics = {k: float(v) for k, v in jax.device_get(m).items()}
             bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")

@@ -102,9 +102,38 @@ def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(default_run, 
         run.cfg, warmstart=dataclasses.replace(run.cfg.warmstart, shipped=False)))
     with pytest.raises(Trains):
         warmstart.warm_start(unshipped, state.params, progress=False)
+    with pytest.raises(Trains):  # a watched warm start trains, saved result or not
+        warmstart.warm_start(shipped_run, state.params, progress=False,
+                             on_step=lambda *args: None)
     monkeypatch.setattr(warmstart, "SHIPPED_DIR", tmp_path / "empty")
     with pytest.raises(Trains):
         warmstart.warm_start(shipped_run, state.params, progress=False)
+
+
+def test_on_step_sees_every_step_and_its_parameters():
+    cfg = read_config(get_config("smoke"))
+    cfg = dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, steps=3))
+    run, state = build_run(cfg)
+    seen = []
+
+    def on_step(step, params, info):
+        copies = {k: np.array(v, copy=True) for k, v in _leaves(params).items()}
+        seen.append((step, info["tokens"], info["examples"],
+                     float(info["metrics"]["policy_loss"]), copies))
+
+    try:
+        params, result = warmstart.warm_start(run, _copy(state.params), progress=False,
+                                              on_step=on_step)
+    finally:
+        run.policy.close()
+    assert [s[0] for s in seen] == [1, 2, 3]
+    assert 0 < seen[0][1] < seen[1][1] < seen[2][1]  # padded tokens so far
+    assert seen[0][2] == result["warmstart/examples"]
+    assert np.isfinite([s[3] for s in seen]).all()
+    first, last = seen[0][4], _leaves(params)
+    assert any(not np.array_equal(first[k], last[k]) for k in first)  # parameters of that step
+    for key, value in seen[-1][4].items():
+        np.testing.assert_array_equal(value, last[key], err_msg=str(key))
 
 
 def test_a_result_that_does_not_fit_the_model_is_refused(default_run, tmp_path):
