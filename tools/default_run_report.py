@@ -143,6 +143,13 @@ def _shipped_note(runs: Sequence[Run]) -> str:
             "`--config.warmstart.shipped=False` trains it again)")
 
 
+def _ahead_note(config: dict) -> str:
+    ahead = config["data"].get("scheduler_ahead", 0.0)
+    if not ahead or len(config["data"]["stages"]) < 2:
+        return ""
+    return f", and until it does {ahead:.0%} of the problems come from the stages after it"
+
+
 def section(runs: Sequence[Run], figure_path: str) -> str:
     main = runs[0]
     c = main.config
@@ -157,7 +164,7 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
         f"{_shipped_note(runs)}; then {c['training']['total_steps']} PPO steps of {c['training']['batch_size']} "
         f"prompts x {c['rl']['group_size']} samples on {', '.join(c['data']['kinds'])} "
         f"({' then '.join(c['data']['stages'])}: the curriculum moves on at "
-        f"{c['data']['scheduler_threshold']:.0%} rolling accuracy).",
+        f"{c['data']['scheduler_threshold']:.0%} rolling accuracy{_ahead_note(c)}).",
         "",
         "| held-out (greedy) | " + " | ".join(
             f"seed {r.seed}: warm start | seed {r.seed}: after RL" for r in runs) + " |",
@@ -184,16 +191,23 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
               f"![code use, accuracy and response length vs step]({figure_path})", ""]
     for r in runs:
         reached = list(dict.fromkeys(x["stage"] for x in r.records if "stage" in x))
+        ahead = r.config["data"].get("scheduler_ahead", 0.0)
+        later = r.config["data"]["stages"][1:]
+        preview = (f", with {ahead:.0%} of its problems from {' and '.join(later)}"
+                   if ahead and later else "")
         moved = (f"reached {', '.join(reached)}" if len(reached) > 1 else
                  f"stayed on {reached[0]} (its rolling accuracy stayed under the threshold)"
-                 if reached else "")
+                 f"{preview}" if reached else "")
         if moved:
             lines.append(f"- Curriculum, seed {r.seed}: training {moved}.")
     for r in runs:
         parts = []
         for key, label, fmt in (("code_use_rate", "code-use rate", "{:.2f}"),
                                 ("accuracy", "accuracy", "{:.2f}"),
+                                ("accuracy/algebra", "accuracy on algebra", "{:.2f}"),
                                 ("response_length", "response length", "{:.1f}")):
+            if key == "accuracy/algebra" and not r.curve(key)[1]:
+                continue  # no algebra problem was trained on
             a, b = r.ends(key)
             parts.append(f"{label} {fmt.format(a)} -> {fmt.format(b)}")
         lines.append(f"- Training episodes, seed {r.seed} (means of the first and last "

@@ -19,7 +19,7 @@ def _fake_run(path: Path, seed: int, final_acc: float) -> None:
               "training": {"total_steps": 6, "batch_size": 32},
               "rl": {"group_size": 4},
               "data": {"kinds": ["sum", "quadratic"], "stages": ["arithmetic", "algebra"],
-                       "scheduler_threshold": 0.7}}
+                       "scheduler_threshold": 0.7, "scheduler_ahead": 0.25}}
     (path / "config.json").write_text(json.dumps({"config": config, "num_params": 896897}))
     summary = {"num_params": 896897, "steps": 6, "wall_time_s": 601.0, "peak_rss_mb": 2200.0,
                "warmstart": {"warmstart/tool_fraction": 0.3},
@@ -31,6 +31,7 @@ def _fake_run(path: Path, seed: int, final_acc: float) -> None:
     with open(path / "metrics.jsonl", "w") as f:
         for step in range(1, 7):
             f.write(json.dumps({"step": step, "accuracy": step / 10, "code_use_rate": step / 7,
+                                "accuracy/algebra": step / 20, "stage": "arithmetic",
                                 "response_length": 40 + step}) + "\n")
     with open(path / "transcripts.jsonl", "w") as f:
         for step, code in ((0, False), (6, True)):
@@ -59,8 +60,13 @@ def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
     assert "| accuracy with tools | 0.030 | **0.930** | 0.030 | **0.880** |" in section
     assert "| code-use rate | 0.000 | **0.990** | 0.000 | **0.990** |" in section
     assert "seed 0 10 min 01 s, 2.1 GB" in section
+    assert ("moves on at 70% rolling accuracy, and until it does 25% of the problems come from "
+            "the stages after it)") in section
     # Training curves: means of the first and last five of the six steps.
     assert "code-use rate 0.43 -> 0.57" in section
+    assert "accuracy on algebra 0.15 -> 0.20" in section
+    assert ("training stayed on arithmetic (its rolling accuracy stayed under the threshold), "
+            "with 25% of its problems from algebra.") in section
     # One transcript per stage from the first and the last evaluation.
     assert section.count("````text") == 4 and "step 6" in section
     text = readme.read_text()
