@@ -292,17 +292,21 @@ def recipe(run: Any) -> dict[str, Any]:
 _RECIPE_GROUPS = ("model", "tokenizer", "data", "warmstart", "mesh")
 _RECIPE_FIELDS = (("seed",), ("training", "max_length"), ("training", "max_grad_norm"),
                   ("training", "offload_optimizer"))
+# Fields of those groups that only RL reads (the scheduler draws RL's problems, not the warm
+# start's), and whether a run may load a saved result at all.
+_NOT_RECIPE = {"data": ("scheduler_threshold", "scheduler_window", "scheduler_ahead"),
+               "warmstart": ("shipped",)}
 
 
 def config_differences(recorded: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The recipe fields in which two configs (as plain dicts, e.g. a run's config.json) differ;
-    whether a run may load a saved result (``warmstart.shipped``) is not one of them."""
+    RL-only fields of the recipe's groups (`_NOT_RECIPE`) are not among them."""
     out = []
     for group in _RECIPE_GROUPS:
         a, b = dict(recorded.get(group, {})), dict(config.get(group, {}))
-        if group == "warmstart":
-            a.pop("shipped", None)
-            b.pop("shipped", None)
+        for key in _NOT_RECIPE.get(group, ()):
+            a.pop(key, None)
+            b.pop(key, None)
         out += [f"{group}.{k}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
     for path in _RECIPE_FIELDS:
         a, b = recorded, config

@@ -13,6 +13,10 @@ def test_recipe_fields_are_compared_and_rl_fields_are_not():
     recorded = {**config, "warmstart": {"steps": 3500},  # recorded before the field existed
                 "training": {**config["training"], "lr": 1e-2}}
     assert config_differences(recorded, config) == []
+    # The curriculum scheduler draws RL's problems only.
+    scheduled = {**recorded, "data": {"kinds": ["sum"], "scheduler_ahead": 0.25,
+                                      "scheduler_threshold": 0.3}}
+    assert config_differences(scheduled, config) == []
     other = {**recorded, "seed": 1, "data": {"kinds": ["sum", "product"]},
              "training": {**recorded["training"], "max_length": 96}}
     assert config_differences(other, config) == ["data.kinds", "seed", "training.max_length"]
