@@ -150,6 +150,18 @@ def _ahead_note(config: dict) -> str:
     return f", and until it does {ahead:.0%} of the problems come from the stages after it"
 
 
+def _kinds_note(config: dict, stage: str) -> str:
+    """The run's kinds of ``stage`` in parentheses (" (sum, product)"); "" when it names none."""
+    from agentic_jax.data.curriculum import kinds
+
+    try:
+        generated = kinds(stage)
+    except KeyError:  # not a curriculum stage
+        return ""
+    own = [k for k in config["data"].get("kinds") or () if k in generated]
+    return f" ({', '.join(own)})" if own else ""
+
+
 def section(runs: Sequence[Run], figure_path: str) -> str:
     main = runs[0]
     c = main.config
@@ -173,8 +185,8 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
     rows = (("accuracy with tools", "tools", "accuracy", "{:.3f}"),
             ("code-use rate", "tools", "code_use_rate", "{:.3f}"),
             ("response length (tokens)", "tools", "response_length", "{:.1f}"),
-            ("accuracy, arithmetic", "tools", "accuracy/arithmetic", "{:.3f}"),
-            ("accuracy, algebra (quadratics)", "tools", "accuracy/algebra", "{:.3f}"),
+            *((f"accuracy, {stage}{_kinds_note(c, stage)}", "tools", f"accuracy/{stage}",
+               "{:.3f}") for stage in c["data"]["stages"]),
             ("accuracy without tools", "direct", "accuracy", "{:.3f}"))
     for label, mode, key, fmt in rows:
         cells = []

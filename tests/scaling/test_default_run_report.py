@@ -60,6 +60,9 @@ def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
     assert "| accuracy with tools | 0.030 | **0.930** | 0.030 | **0.880** |" in section
     assert "| code-use rate | 0.000 | **0.990** | 0.000 | **0.990** |" in section
     assert "seed 0 10 min 01 s, 2.1 GB" in section
+    # One accuracy row per stage, naming the config's kinds of it.
+    assert "| accuracy, arithmetic (sum) | 0.030 | **0.930** |" in section
+    assert "| accuracy, algebra (quadratic) | 0.015 | **0.465** |" in section
     assert ("moves on at 70% rolling accuracy, and until it does 25% of the problems come from "
             "the stages after it)") in section
     # Training curves: means of the first and last five of the six steps.
