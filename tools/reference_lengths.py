@@ -57,12 +57,12 @@ def table(by_split: dict[str, dict[str, dict[str, float]]]) -> str:
 
 def main(argv: list[str]) -> int:
     del argv
-    from agentic_jax.data.tokenizer import builtin_tokenizer, load_tokenizer
+    from agentic_jax.rl.builders import run_tokenizer
     from agentic_jax.rl.config import read_config
     from agentic_jax.rl.problems import load_problems
 
     cfg = read_config(_CONFIG.value)
-    tokenizer = load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else builtin_tokenizer()
+    tokenizer = run_tokenizer(cfg)
     problems = load_problems(cfg)
     print(table({"training": reference_lengths(tokenizer, problems.train),
                  "held-out": reference_lengths(tokenizer, problems.test)}))

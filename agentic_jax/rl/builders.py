@@ -103,7 +103,7 @@ def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     mesh = make_mesh(*cfg.mesh, devices=placement.train)
-    tokenizer = _tokenizer(cfg)
+    tokenizer = run_tokenizer(cfg)
     problems = load_problems(cfg)
     check_prompts(cfg, tokenizer, problems)  # before anything slow is built
     model = _model(cfg, mesh, len(tokenizer))
@@ -232,7 +232,8 @@ def _merged_sampling(model: nnx.Module) -> tuple[nnx.GraphDef | None, Any]:
     return base_graphdef, merge
 
 
-def _tokenizer(cfg: RunConfig):
+def run_tokenizer(cfg: RunConfig):
+    """The run's tokenizer: ``cfg.tokenizer_path``'s, else the built-in one."""
     from agentic_jax.data.tokenizer import builtin_tokenizer, load_tokenizer
 
     return load_tokenizer(cfg.tokenizer_path) if cfg.tokenizer_path else builtin_tokenizer()
