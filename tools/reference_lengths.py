@@ -21,8 +21,6 @@ import sys
 from absl import app
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (+ ':variant').")
-
 
 def reference_lengths(tokenizer, problems) -> dict[str, dict[str, float]]:
     """{kind: {"problems", "written", "tool"}} mean token lengths of ``problems``' reference
@@ -70,4 +68,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Defined here, not on import: the tests import this module beside others that define
+    # --config in the same process.
+    _CONFIG = config_flags.DEFINE_config_file("config", None,
+                                              "Training config file (+ ':variant').")
     sys.exit(app.run(main))
