@@ -5,9 +5,10 @@
 Variants (the string after ``:``):
   (none)        the built-in tiny model on CPU: a 3,500-step warm start (30% of the examples
                 use the tool; seeds 0 and 1 load the package's saved result of it), then 40 PPO
-                steps of 32 prompts x 4 samples on sums, differences, products and quadratics;
-                held-out code use 0.00 -> 0.91 and accuracy with tools 0.03 -> 0.45 for seed 0,
-                about 9 minutes on 2 cores (README, Results).
+                steps of 32 prompts x 4 samples on sums, differences, products, linear and
+                quadratic equations; held-out code use 0.00 -> 0.97, accuracy with tools
+                0.06 -> 0.76 and response length 46.8 -> 54.4 tokens for seed 0, under 10
+                minutes on 2 cores (README, Results).
   smoke         about 30 seconds on 2 cores; what the tests run. Says nothing about learning.
   hf            a pretrained Hugging Face model: pass ``--config.model.path=DIR``. The chat
                 template (the tokenizer's own; use data.template=zero for a base model without
@@ -161,8 +162,11 @@ def _default() -> ml_collections.ConfigDict:
     c.data.max_difficulty = 0.5  # fraction of each stage's difficulty range used
     # Problem kinds to train on (empty: every kind of the stages). The CPU default keeps the
     # kinds whose reference code copies the question: one expression, or the equation into
-    # sympy.solve (x**2 - 5*x + 6 = 0 -> solve(Eq(x**2 - 5*x + 6, 0), x)).
-    c.data.kinds = ("sum", "difference", "product", "quadratic")
+    # sympy.solve (x**2 - 5*x + 6 = 0 -> solve(Eq(x**2 - 5*x + 6, 0), x)). Linear equations
+    # beside quadratics make algebra half the kinds; there, solving through code is longer than
+    # writing out (held-out reference responses 52.2 vs 46.5 tokens:
+    # tools/reference_lengths.py), so response length rises as code use does.
+    c.data.kinds = ("sum", "difference", "product", "linear", "quadratic")
     c.data.test_fraction = 0.1
     c.data.eval_size = 128
     # zero | short | chat; the tiny model learns the format in the warm start and needs no
@@ -173,8 +177,8 @@ def _default() -> ml_collections.ConfigDict:
     # Weight shared by the stages after the current one, so their problems are trained on
     # before the threshold is reached (0: a stage is first drawn once it is current). The
     # default run never passes 0.7 on arithmetic within 40 steps, so without it RL would never
-    # see a quadratic (README, Results: held-out accuracy +0.41 / +0.55 for seeds 0 / 1 with
-    # it, +0.40 / +0.62 without).
+    # see a quadratic (README, Results, measured before linear equations were added: held-out
+    # accuracy +0.41 / +0.55 for seeds 0 / 1 with it, +0.40 / +0.62 without).
     c.data.scheduler_ahead = 0.25
     c.data.levels = ()  # file: sources in the MATH layout: keep these levels, e.g. (3, 4, 5)
     c.data.decontaminate = False  # drop training problems sharing a 13-gram with eval.benchmarks
