@@ -88,6 +88,9 @@ def plot(runs: Sequence[Run], out_png: str) -> None:
                     "o", color=color, markersize=7, markerfacecolor="none" if i else color)
         right.plot(*run.curve("response_length"), ls, color="C3",
                    label=f"response length ({tag})")
+        right.plot([0, last], [run.held_out("initial", "tools", "response_length"),
+                               run.held_out("final", "tools", "response_length")],
+                   "o", color="C3", markersize=7, markerfacecolor="none" if i else "C3")
     ax.set(xlabel="RL step", ylabel="rate (training episodes; circles: held-out, greedy)",
            ylim=(-0.02, 1.02))
     right.set_ylabel("response length (tokens)", color="C3")
