@@ -162,10 +162,10 @@ def _default() -> ml_collections.ConfigDict:
     c.data.max_difficulty = 0.5  # fraction of each stage's difficulty range used
     # Problem kinds to train on (empty: every kind of the stages). The CPU default keeps the
     # kinds whose reference code copies the question: one expression, or the equation into
-    # sympy.solve (x**2 - 5*x + 6 = 0 -> solve(Eq(x**2 - 5*x + 6, 0), x)). Linear equations
-    # beside quadratics make algebra half the kinds; there, solving through code is longer than
-    # writing out (held-out reference responses 52.2 vs 46.5 tokens:
-    # tools/reference_lengths.py), so response length rises as code use does.
+    # sympy.solve (x**2 - 5*x + 6 = 0 -> solve(Eq(x**2 - 5*x + 6, 0), x)). With linear
+    # equations beside quadratics, solving through code is longer than writing out (held-out
+    # reference responses 52.2 vs 46.5 tokens: tools/reference_lengths.py), so response length
+    # rises as code use does.
     c.data.kinds = ("sum", "difference", "product", "linear", "quadratic")
     c.data.test_fraction = 0.1
     c.data.eval_size = 128

@@ -80,20 +80,18 @@ def plot(runs: Sequence[Run], out_png: str) -> None:
     for i, run in enumerate(runs):
         ls, tag = styles[i % len(styles)], f"seed {run.seed}"
         last = run.summary["steps"]
-        for key, color, label in (("code_use_rate", "C0", "code-use rate"),
-                                  ("accuracy", "C2", "accuracy")):
-            ax.plot(*run.curve(key), ls, color=color, label=f"{label} ({tag})")
-            ax.plot([0, last], [run.held_out("initial", "tools", key),
-                                run.held_out("final", "tools", key)],
-                    "o", color=color, markersize=7, markerfacecolor="none" if i else color)
-        right.plot(*run.curve("response_length"), ls, color="C3",
-                   label=f"response length ({tag})")
-        right.plot([0, last], [run.held_out("initial", "tools", "response_length"),
-                               run.held_out("final", "tools", "response_length")],
-                   "o", color="C3", markersize=7, markerfacecolor="none" if i else "C3")
+        # Training episodes per step as a line, the held-out evaluations before and after RL
+        # as circles (filled for the first run).
+        for axis, key, color, label in ((ax, "code_use_rate", "C0", "code-use rate"),
+                                        (ax, "accuracy", "C2", "accuracy"),
+                                        (right, "response_length", "C3", "response length")):
+            axis.plot(*run.curve(key), ls, color=color, label=f"{label} ({tag})")
+            axis.plot([0, last], [run.held_out("initial", "tools", key),
+                                  run.held_out("final", "tools", key)],
+                      "o", color=color, markersize=7, markerfacecolor="none" if i else color)
     ax.set(xlabel="RL step", ylabel="rate (training episodes; circles: held-out, greedy)",
            ylim=(-0.02, 1.02))
-    right.set_ylabel("response length (tokens)", color="C3")
+    right.set_ylabel("response length (tokens; circles: held-out)", color="C3")
     ax.grid(alpha=0.3)
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     fig.legend(handles, [h.get_label() for h in handles], fontsize="small",
