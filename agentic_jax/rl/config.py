@@ -52,6 +52,18 @@ def read_group(cls: type[T], group: Any, name: str, **values: Any) -> T:
         return _raise(f"{name}: {message}")
 
 
+def _checkpoint_dir(model: Any) -> str:
+    """``model.path`` as a Hugging Face directory: a ``.gguf`` file or a built-in checkpoint
+    preset (``smollm2-135m``) is converted once into a cached one (`models.builtin`)."""
+    from agentic_jax.models.builtin import checkpoint_dir
+
+    try:
+        return checkpoint_dir(str(model.preset), str(model.path))
+    except (FileNotFoundError, ValueError, ImportError) as err:
+        field = "path" if model.path else "preset"
+        return _raise(f"model.{field}: {err}")
+
+
 def _processes() -> int:
     import jax
 
@@ -134,7 +146,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     from agentic_jax.rollout.engine import EngineConfig
     from agentic_jax.rollout.sampler import SamplingParams
 
-    model = read_group(ModelSpec, config.model, "model")
+    model = read_group(ModelSpec, config.model, "model", path=_checkpoint_dir(config.model))
     rl = read_group(RLConfig, config.rl, "rl")
     training = read_group(TrainingConfig, config.training, "training")
     r, ro = config.rl, config.rollout
@@ -142,7 +154,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     return RunConfig(
         seed=int(config.seed),
         model=model,
-        tokenizer_path=str(config.tokenizer.path or config.model.path),
+        tokenizer_path=str(config.tokenizer.path or model.path),
         training=training,
         rl=rl,
         loss=read_group(
