@@ -50,12 +50,16 @@ def main(argv: list[str]) -> int:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)
         from agentic_jax.rl import rundir
+        from agentic_jax.rl.model_defaults import with_model_defaults
         from agentic_jax.rl.run import train  # after the runtime is initialised
 
         overrides = (config_flags.get_override_values(flags.FLAGS["config"])
                      if _CONFIG.value is not None else {})
         # A rerun on a run directory continues with the run's recorded config (flags on top).
         config = rundir.with_record(_CONFIG.value, workdir, overrides)
+        config, chosen = with_model_defaults(config, overrides)
+        for line in chosen:
+            print(line, flush=True)
         progress = _PROGRESS.value and bool(config.logging.progress)
         summary = train(config, workdir, progress=progress)
     except _USER_ERRORS as err:

