@@ -107,7 +107,19 @@ class Transformer(nnx.Module):
         new_cache = None
         if cache is not None:
             new_cache = KVCache(k=new_kv[0], v=new_kv[1], lengths=cache.lengths + chunk_lens)
-        return ModelOutput(self._logits(hidden), self._values(hidden), new_cache)
+        return ModelOutput(self.head_logits(hidden), self.head_values(hidden), new_cache)
+
+    def hidden_states(self, tokens: jax.Array, *, positions: jax.Array | None = None,
+                      segment_ids: jax.Array | None = None, adapters: bool = True) -> jax.Array:
+        """The final-norm output [B, T, E] of `forward` without a cache: what `head_logits` and
+        `head_values` map to outputs, for callers that apply the LM head in pieces (the
+        [B, T, V] logits of a 49k-token vocabulary do not fit at once in a training batch)."""
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
+                                         tokens.shape)
+        x = self.embed[...].astype(self.cfg.compute_dtype)[tokens]
+        x, _ = self._run_blocks(x, positions, segment_ids, None, adapters)
+        return self.final_norm(x)
 
     def _run_blocks(
         self,
@@ -139,7 +151,7 @@ class Transformer(nnx.Module):
         )
         return x, kv
 
-    def _logits(self, hidden: jax.Array) -> jax.Array:
+    def head_logits(self, hidden: jax.Array) -> jax.Array:
         """hidden [B, T, E] -> f32 [B, T, V], accumulated in float32."""
         dtype = self.cfg.compute_dtype
         if self.cfg.tie_word_embeddings:
@@ -148,7 +160,7 @@ class Transformer(nnx.Module):
             head = self.lm_head[...].astype(dtype)
         return dense(hidden, head, preferred_element_type=jnp.float32)
 
-    def _values(self, hidden: jax.Array) -> jax.Array | None:
+    def head_values(self, hidden: jax.Array) -> jax.Array | None:
         """hidden [B, T, E] -> f32 [B, T] from the value head, or None without one."""
         if not self.cfg.value_head:
             return None

@@ -92,12 +92,50 @@ def policy_outputs(
     """(logprobs [B, T], values [B, T] | None, entropy [B, T]), float32, aligned so that index t
     belongs to token t chosen after prefix < t (index 0, which has no prefix, is 0)."""
     chex.assert_rank(tokens, 2)
-    out = model.forward(tokens, positions=positions, segment_ids=segment_ids)
-    logits = out.logits[:, :-1].astype(jnp.float32) / temperature
-    logprobs, entropy = losses.logprobs_and_entropy(logits, tokens[:, 1:])
+    hidden = model.hidden_states(tokens, positions=positions, segment_ids=segment_ids)
+    logprobs, entropy = _next_token_logprobs(model, hidden, tokens, temperature)
     logprobs, entropy = _shift_right(logprobs), _shift_right(entropy)
-    values = None if out.values is None else _shift_right(out.values[:, :-1].astype(jnp.float32))
+    values = model.head_values(hidden)
+    values = None if values is None else _shift_right(values[:, :-1].astype(jnp.float32))
     return logprobs, values, entropy
+
+
+# Logits of a batch are computed whole up to this many elements (256 MiB in float32), else in
+# pieces along the sequence of about LOGITS_CHUNK_ELEMENTS each, each piece's logits recomputed
+# in the backward pass: a 49k-token vocabulary's [B, T, V] logits, their log-softmax and their
+# gradients otherwise dominate an update's memory (several GB for a 135M model).
+FULL_LOGITS_MAX_ELEMENTS = 1 << 26
+LOGITS_CHUNK_ELEMENTS = 1 << 24
+
+
+def _next_token_logprobs(model: nnx.Module, hidden: Array, tokens: Array,
+                         temperature: float) -> tuple[Array, Array]:
+    """(log p[token t+1], entropy) [B, T-1] after each prefix, in float32, from hidden [B, T, E]
+    and tokens [B, T]."""
+    b, t, _ = hidden.shape
+    vocab = model.cfg.vocab_size
+    targets = tokens[:, 1:]
+    if b * t * vocab <= FULL_LOGITS_MAX_ELEMENTS:
+        logits = model.head_logits(hidden)[:, :-1].astype(jnp.float32) / temperature
+        return losses.logprobs_and_entropy(logits, targets)
+    hidden, t = hidden[:, :-1], t - 1
+    chunk = min(t, max(8, LOGITS_CHUNK_ELEMENTS // (b * vocab) // 8 * 8))
+    pad = -t % chunk
+    # [B, T, ...] -> [T / chunk, B, chunk, ...]: pieces along the sequence keep the batch axis
+    # (and its sharding) whole.
+    pieces = lambda x: jnp.swapaxes(
+        jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)).reshape(
+            b, -1, chunk, *x.shape[2:]), 0, 1)
+
+    @jax.checkpoint
+    def piece(args):
+        h, y = args
+        logits = model.head_logits(h).astype(jnp.float32) / temperature
+        return losses.logprobs_and_entropy(logits, y)
+
+    logprobs, entropy = jax.lax.map(piece, (pieces(hidden), pieces(targets)))
+    whole = lambda x: jnp.swapaxes(x, 0, 1).reshape(b, -1)[:, :t]
+    return whole(logprobs), whole(entropy)
 
 
 @functools.partial(

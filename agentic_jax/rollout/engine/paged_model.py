@@ -197,8 +197,8 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
         hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
                                    st.live[:, None], kv, block_tables,
                                    decode_impl=attention_impl, pairs=use_pairs)
-        logits = model._logits(hidden)[:, 0]
-        values = model._values(hidden)
+        logits = model.head_logits(hidden)[:, 0]
+        values = model.head_values(hidden)
         values = jnp.zeros((num_slots,)) if values is None else values[:, 0]
         keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)
         tok, lp = sample_tokens(logits, keys, temperature=temperature, top_k=top_k,
