@@ -51,6 +51,8 @@ def summarize(table: dict[str, np.ndarray], stages: Sequence[str], *,
         return {}
     out = {
         "reward": float(table["reward"].mean()),
+        # 0 when every episode scored the same: no advantage, no gradient, nothing learned.
+        "reward_std": float(table["reward"].std()),
         "accuracy": float(correct.mean()),
         "code_use_rate": float((calls > 0).mean()),
         "exec_success_rate": (float(1.0 - table["fails"].sum() / calls.sum())

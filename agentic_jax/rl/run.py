@@ -41,6 +41,9 @@ from agentic_jax.utils.timing import PhaseTimer
 
 INITIAL_EVAL = "initial_eval.json"
 SUMMARY = "summary.json"
+# Steps in a row of equal rewards before the run warns that it is learning nothing (the metric
+# uniform_reward_steps counts them on every step).
+UNIFORM_REWARD_STEPS = 3
 SUMMARY_KEYS = ("reward", "accuracy", "code_use_rate", "tool_calls", "response_length", "kl")
 
 
@@ -60,6 +63,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
 
         _say(model_summary(run.policy.model_cfg, cfg.model.path or None))
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
+        needed_mb = update_memory_mb(state.params)
+        _say(f"update memory: weights + gradients + AdamW moments of what trains = "
+             f"{needed_mb:,.0f} MB (peak RSS is in every step's metrics as peak_rss_mb)")
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
             rundir.record_config(workdir, config, num_params)
@@ -69,11 +75,28 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
                                     async_save=c.async_save)
         state, info = _resume_or_start(run, state, checkpointer, workdir, progress)
         state = _train_loop(run, state, checkpointer, workdir, num_params, progress)
-        return _finish(run, workdir, info, num_params, state.step_int, began)
+        summary = _finish(run, workdir, info, num_params, state.step_int, began)
+        _say(f"peak RSS {summary['peak_rss_mb']:,.0f} MB = "
+             f"{summary['peak_rss_mb'] / needed_mb:.2f} x weights + gradients + AdamW moments")
+        return summary
     finally:
         if checkpointer is not None:
             checkpointer.close()
         run.policy.close()
+
+
+def update_memory_mb(params: Any) -> float:
+    """MiB an update must hold at least: every weight, and a gradient and two AdamW moments of
+    each trainable one (nnx.Param: with LoRA, the adapters and the value head)."""
+    from agentic_jax.rl.shardings import params_and_rest
+
+    nbytes = lambda tree: sum(x.nbytes for x in jax.tree.leaves(tree))
+    return (nbytes(params) + 3 * nbytes(params_and_rest(params)[0])) / 2**20
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MiB; Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def host_state(run: Run) -> HostState:
@@ -144,7 +167,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
     writer = MetricsWriter(workdir, enabled=is_main_process(),
                            tensorboard=cfg.logging.tensorboard, resume_step=state.step_int)
     bar = tqdm(total=total, initial=state.step_int, desc="rl", disable=not progress)
-    skipped = 0
+    skipped, flat = 0, 0
     rollouts = async_rollouts.start(run, state.step_int + 1, total, state.step_key)
     try:
         with writer:
@@ -152,6 +175,11 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 step = state.step_int + 1
                 state, metrics, skipped = rl_step(run, state, step, skipped, workdir, rollouts)
                 metrics["num_params"] = num_params
+                metrics["peak_rss_mb"] = peak_rss_mb()
+                flat = flat + 1 if metrics.get("reward_std", 1.0) == 0.0 else 0
+                metrics["uniform_reward_steps"] = flat
+                if flat == UNIFORM_REWARD_STEPS:
+                    _say(_uniform_reward_warning(flat, metrics), bar if progress else None)
                 metrics.update(evaluate_in_training(run.policy, workdir, step, total))
                 if step % cfg.logging.every_steps == 0 or step == total:
                     writer.write(step, metrics)
@@ -232,7 +260,7 @@ def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
         "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
         # This process's: a resumed run counts from its resumption.
         "wall_time_s": time.perf_counter() - began,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }
     if is_main_process():
         write_json(os.path.join(workdir, SUMMARY), summary)
@@ -242,6 +270,15 @@ def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
             plot_run_curves({os.path.basename(workdir.rstrip("/")): records},
                             os.path.join(workdir, "curves.png"))
     return summary
+
+
+def _uniform_reward_warning(steps: int, m: dict[str, Any]) -> str:
+    return (f"warning: every episode of the last {steps} steps got the same reward "
+            f"({m.get('reward', float('nan')):.3f}; accuracy {m.get('accuracy', 0.0):.3f}, "
+            f"answer rate {m.get('answer_rate', 0.0):.3f}, truncated "
+            f"{m.get('truncated_rate', 0.0):.3f}): the policy gets no learning signal. Check "
+            "the prompt template (data.template), training.max_length and whether the model "
+            "writes its answer in a form the grader reads (\\boxed{...})")
 
 
 def _say(line: str, bar: Any = None) -> None:

@@ -70,7 +70,10 @@ def hf_dir(tmp_path_factory):
 
 
 def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
-        hf_dir, tmp_path, capsys):
+        hf_dir, tmp_path, capsys, monkeypatch):
+    from agentic_jax.rl import run as run_lib
+
+    monkeypatch.setattr(run_lib, "UNIFORM_REWARD_STEPS", 2)
     config = tiny_config(**{"model.path": hf_dir, "data.template": "chat",
                             "training.max_length": 320, "training.total_steps": 2,
                             "training.lr": 1e-6, "logging.transcripts_every": 1,
@@ -83,6 +86,12 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["truncated_rate"] == 0.0 for r in records)
     assert all(r["response_length"] == 1.0 for r in records)  # <|im_end|> alone
+    # every reward is 0: the run counts the flat steps and says it learns nothing
+    assert [(r["reward_std"], r["uniform_reward_steps"]) for r in records] == [(0.0, 1), (0.0, 2)]
+    assert "warning: every episode of the last 2 steps got the same reward (0.000" in said
+    assert all(r["peak_rss_mb"] > 0 for r in records)
+    assert "update memory: weights + gradients + AdamW moments" in said
+    assert " x weights + gradients + AdamW moments" in said
     with open(os.path.join(workdir, "transcripts.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     sources = [(r["source"], r["step"]) for r in lines]
@@ -138,3 +147,35 @@ def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
     with torch.no_grad():
         theirs = hf(torch.as_tensor(tokens)).logits.numpy()
     np.testing.assert_allclose(theirs, ours, atol=2e-5, rtol=0)
+
+
+def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_dir):
+    from agentic_jax.rl.model_defaults import with_model_defaults
+
+    config = math_ppo.get_config()
+    config.model.path = hf_dir
+    config.training.lr = 5e-6
+    resolved, said = with_model_defaults(config, {"model.path": hf_dir, "training.lr": 5e-6})
+    cfg = read_config(resolved)
+    assert cfg.training.lr == 5e-6  # chosen on the command line: kept
+    assert cfg.data.template == "chat" and not cfg.warmstart.enabled
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+                  for p in load_problems(cfg).train + load_problems(cfg).test)
+    assert cfg.training.max_length == -(-(longest + 512) // 64) * 64
+    assert not resolved.model.auto_defaults  # the record keeps these values on a rerun
+    assert len(said) == 1 and "data.template='chat' (not 'short')" in said[0]
+    assert "training.lr" not in said[0] and f"longest prompt {longest} tokens" in said[0]
+    assert config.training.max_length == 160  # the given config is not changed
+    again, said_again = with_model_defaults(resolved, {})
+    assert again is resolved and said_again == []
+
+
+def test_the_tiny_model_and_pretrained_variants_keep_their_values(hf_dir):
+    from agentic_jax.rl.model_defaults import with_model_defaults
+
+    tiny = math_ppo.get_config()
+    assert with_model_defaults(tiny, {}) == (tiny, [])
+    hf = math_ppo.get_config("hf")
+    hf.model.path = hf_dir
+    assert with_model_defaults(hf, {}) == (hf, [])

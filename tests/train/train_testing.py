@@ -4,7 +4,7 @@ import ml_collections
 
 from configs.math_ppo import get_config
 
-TIMING_KEYS = ("tokens_per_sec", "time_", "accelerator_idle_frac", "controller/")
+TIMING_KEYS = ("tokens_per_sec", "time_", "accelerator_idle_frac", "controller/", "peak_rss_mb")
 
 
 def tiny_config(**overrides) -> ml_collections.ConfigDict:
