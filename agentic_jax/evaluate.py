@@ -5,7 +5,9 @@ r"""Evaluates a run's newest checkpoint on a split, with tools and without, or o
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
         [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
 
-The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. On a
+The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. A
+``--workdir`` without checkpoints and a ``--config`` evaluate the config's model as built (a
+pretrained model before training, e.g. ``--config=configs/math_ppo.py:smollm2-135m``). On a
 split, writes ``DIR/eval_<split>.json``: accuracy with and without tools, pass@k (with
 ``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage.
 With ``--benchmarks`` (local files in each benchmark's own layout), writes ``DIR/eval/``:
@@ -35,7 +37,9 @@ _SPLIT = flags.DEFINE_enum("split", "test", ["train", "test"], "Which problems t
 _NUM_SAMPLES = flags.DEFINE_integer(
     "num_samples", None, "Samples per problem (pass@k when > 1; default 1 on a split, "
     "eval.num_samples on benchmarks).")
-_LIMIT = flags.DEFINE_integer("limit", 0, "Evaluate at most this many problems (0: all).")
+_LIMIT = flags.DEFINE_integer(
+    "limit", 0, "Evaluate at most this many problems (of each benchmark with --benchmarks; "
+    "0: all).")
 _BENCHMARKS = flags.DEFINE_string(
     "benchmarks", "", "name=PATH,... local benchmark files to evaluate instead of a split.")
 _TEMPERATURE = flags.DEFINE_float("temperature", None,
@@ -52,21 +56,34 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
     ``eval_settings`` replace fields of the run's ``eval.*`` (never evaluated in training
     here); a bad one is a ValueError naming its flag."""
     from agentic_jax.rl import rundir
-    from agentic_jax.rl.builders import restored_policy
+    from agentic_jax.rl.builders import build_policy, restored_policy
     from agentic_jax.rl.config import read_config
 
-    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-        raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to evaluate")
-    config = rundir.with_record(config, workdir, overrides or {})
+    trained = os.path.isdir(os.path.join(workdir, "checkpoints"))
+    if trained:
+        config = rundir.with_record(config, workdir, overrides or {})
+        rundir.check_same_model(config, workdir)
+    elif config is None:
+        raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to evaluate "
+                                "(with --config, the config's model is evaluated as built)")
+    else:  # a pretrained model before any training: its defaults, as a run would choose them
+        from agentic_jax.rl.model_defaults import with_model_defaults
+
+        config, chosen = with_model_defaults(config, overrides or {})
+        for line in chosen:
+            print(line, flush=True)
+        os.makedirs(workdir, exist_ok=True)
     cfg = read_config(config)
-    rundir.check_same_model(config, workdir)
     settings = {k: v for k, v in eval_settings.items() if v is not None}
     try:
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0,
                                                                  **settings))
     except ValueError as err:
         raise ValueError(f"--{err}") from None
-    policy, step = restored_policy(cfg, workdir)
+    if trained:
+        policy, step = restored_policy(cfg, workdir)
+    else:
+        policy, step = build_policy(dataclasses.replace(cfg, rollout_devices=0))[0], 0
     if constrain_code:  # serving / evaluation only: training samples the policy unmasked
         policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
             policy.agent_cfg, constrain_code=True))
@@ -104,7 +121,7 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
 
 def evaluate_checkpoint_on_benchmarks(
         config, workdir: str, benchmarks: str, *, num_samples: int | None = None,
-        temperature: float | None = None, top_p: float | None = None,
+        temperature: float | None = None, top_p: float | None = None, limit: int | None = None,
         overrides: Mapping[str, Any] | None = None, constrain_code: bool = False
 ) -> dict[str, dict]:
     """The newest checkpoint of ``workdir`` on ``benchmarks`` ("name=PATH,..."), with the
@@ -117,7 +134,7 @@ def evaluate_checkpoint_on_benchmarks(
     policy, step = _restored_policy(config, workdir, overrides, constrain_code,
                                     benchmarks=benchmarks,
                                     num_samples=num_samples, temperature=temperature,
-                                    top_p=top_p)
+                                    top_p=top_p, limit=limit)
     try:
         return run_benchmarks(policy, workdir, policy.cfg.eval, step=step)
     finally:
@@ -139,7 +156,8 @@ def main(argv: list[str]) -> int:
             results = evaluate_checkpoint_on_benchmarks(
                 _CONFIG.value, _WORKDIR.value, _BENCHMARKS.value,
                 num_samples=_NUM_SAMPLES.value, temperature=_TEMPERATURE.value,
-                top_p=_TOP_P.value, overrides=overrides, constrain_code=_CONSTRAIN.value)
+                top_p=_TOP_P.value, limit=_LIMIT.value or None, overrides=overrides,
+                constrain_code=_CONSTRAIN.value)
         else:
             results = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value,
                                           num_samples=_NUM_SAMPLES.value or 1,

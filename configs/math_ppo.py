@@ -227,6 +227,7 @@ def _default() -> ml_collections.ConfigDict:
     c.eval.num_samples = 16  # per problem: avg@K, pass@1..K, maj@K
     c.eval.temperature = 0.6
     c.eval.top_p = 0.95
+    c.eval.limit = 0  # the first N problems of each benchmark (0: all)
 
     c.logging = ml_collections.ConfigDict()
     c.logging.every_steps = 1

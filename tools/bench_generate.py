@@ -8,6 +8,7 @@ timed as the median of repeats in the same run. PyTorch runs on CPU with `--torc
     python tools/bench_generate.py                          # ours vs HF on CPU, prints the ratio
     python tools/bench_generate.py --workload=longtail      # RL-like rollouts: engine vs HF
                                                             # generate / generate_batch / static
+    python tools/bench_generate.py --model=smollm2-135m     # a real model's chat prompts
     python tools/bench_generate.py --tool_loop              # tool loop's accelerator idle fraction
     python tools/bench_generate.py --gpu_preset qwen2.5-1.5b   # decode tok/s + bandwidth roofline
 
@@ -45,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new_tokens", type=int, default=None,
                         help="new tokens (the cap with --workload=longtail); default 128 / 384")
     parser.add_argument("--workload", choices=("short", "longtail"), default="short")
+    parser.add_argument("--model", default=None,
+                        help="a real checkpoint (smollm2-135m, an HF directory): its chat "
+                             "workloads instead (tools/bench_generate_real.py)")
+    parser.add_argument("--real_workloads", default="chat,longtail",
+                        help="--model: comma-separated subset of chat,longtail")
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")
     parser.add_argument("--stop_ids", type=int, default=4, help="longtail: stop ids")
     parser.add_argument("--vocab", type=int, default=512, help="longtail: vocabulary")
@@ -333,7 +339,11 @@ def bench_longtail(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.workload == "longtail":
+    if args.model:
+        import bench_generate_real
+
+        bench_generate_real.run(args, median_seconds)
+    elif args.workload == "longtail":
         bench_longtail(args)
     elif args.gpu_preset:
         bench_accelerator(args)

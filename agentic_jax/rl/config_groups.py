@@ -232,6 +232,7 @@ class BenchmarkEvalConfig:
     num_samples: int
     temperature: float
     top_p: float
+    limit: int = 0  # the first this many problems of each benchmark (0: all)
 
     def __post_init__(self):
         specs = self.specs  # a malformed list is an error here, before anything runs
@@ -245,6 +246,8 @@ class BenchmarkEvalConfig:
         check(self.num_samples >= 1, "num_samples", "an integer >= 1", self.num_samples)
         check(self.temperature >= 0, "temperature", "a number >= 0", self.temperature)
         check(0 < self.top_p <= 1, "top_p", "a value in (0, 1]", self.top_p)
+        check(isinstance(self.limit, int) and self.limit >= 0, "limit", "an integer >= 0 (0: all)",
+              self.limit)
 
     @property
     def specs(self) -> dict[str, str]:

@@ -42,6 +42,8 @@ def load_problems(cfg: RunConfig) -> Problems:
                                test_fraction=d.test_fraction, levels=d.levels or None)
         train, test = load("train"), load("test")
     benchmarks = load_benchmarks(cfg.eval.specs)
+    if cfg.eval.limit:
+        benchmarks = {name: rows[:cfg.eval.limit] for name, rows in benchmarks.items()}
     if benchmarks:
         # The overlap is logged either way; with data.decontaminate it is also dropped.
         if d.decontaminate:

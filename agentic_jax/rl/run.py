@@ -167,7 +167,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
     writer = MetricsWriter(workdir, enabled=is_main_process(),
                            tensorboard=cfg.logging.tensorboard, resume_step=state.step_int)
     bar = tqdm(total=total, initial=state.step_int, desc="rl", disable=not progress)
-    skipped, flat = 0, 0
+    skipped, flat = 0, _uniform_reward_steps(workdir, state.step_int)
     rollouts = async_rollouts.start(run, state.step_int + 1, total, state.step_key)
     try:
         with writer:
@@ -270,6 +270,15 @@ def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
             plot_run_curves({os.path.basename(workdir.rstrip("/")): records},
                             os.path.join(workdir, "curves.png"))
     return summary
+
+
+def _uniform_reward_steps(workdir: str, step: int) -> int:
+    """The flat-reward count a resumed run continues from: the one logged at ``step``."""
+    if not step:
+        return 0
+    records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    logged = [r for r in records if r.get("step") == step]
+    return int(logged[-1].get("uniform_reward_steps", 0)) if logged else 0
 
 
 def _uniform_reward_warning(steps: int, m: dict[str, Any]) -> str:

@@ -24,3 +24,23 @@ def test_stages_take_turns_and_a_short_stage_leaves_its_share_to_the_rest():
                                       "arithmetic-4"]
     assert held_out(a + b, 100) == [p for pair in zip(a, b) for p in pair] + a[3:]
     assert held_out(a + b, 0) == []
+
+
+def test_eval_limit_keeps_the_first_problems_of_each_benchmark(tmp_path):
+    import json
+
+    from agentic_jax.rl.config import read_config
+    from agentic_jax.rl.problems import load_problems
+    from configs import math_ppo
+
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps({"question": f"What is {i} + 1?",
+                                        "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}) + "\n"
+                            for i in range(5)))
+    config = math_ppo.get_config("smoke")
+    config.eval.benchmarks = f"gsm8k={path}"
+    config.eval.limit = 2
+    problems = load_problems(read_config(config)).benchmarks["gsm8k"]
+    assert [p.answer for p in problems] == ["1", "2"]
+    config.eval.limit = 0
+    assert len(load_problems(read_config(config)).benchmarks["gsm8k"]) == 5

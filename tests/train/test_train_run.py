@@ -122,6 +122,21 @@ def test_evaluate_reads_the_run_config(full_run):
     assert results["direct"] == summary["final"]["direct"]
 
 
+def test_evaluate_a_config_before_any_training(full_run, tmp_path):
+    """A directory without checkpoints and a config: the config's model as built, which is
+    what the run evaluated at its start (no warm start in tiny_config)."""
+    from agentic_jax.evaluate import evaluate_checkpoint
+
+    _, summary = full_run
+    results = evaluate_checkpoint(tiny_config(), str(tmp_path / "before"))
+    assert results["step"] == 0
+    assert results["tools"] == summary["initial"]["tools"]
+    assert results["direct"] == summary["initial"]["direct"]
+    assert os.path.exists(tmp_path / "before" / "eval_test.json")
+    with pytest.raises(FileNotFoundError, match="with --config, the config's model is"):
+        evaluate_checkpoint(None, str(tmp_path / "empty"))
+
+
 @pytest.mark.slow  # tests/rl/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
     import agentic_jax.rl.rollouts as rollouts_lib

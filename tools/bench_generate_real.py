@@ -1,0 +1,107 @@
+"""The real-model workloads of `bench_generate.py --model=NAME` (e.g. smollm2-135m).
+
+Prompts are the curriculum's real problems under the model's chat template; sampling is at
+temperature 1 and stops at the model's end-of-turn token, so response lengths are the model's
+own. One run times, on the same weights, HF `generate` (static batch, left padding), HF
+`generate_batch` (transformers' continuous batching) and the rollout engine, interleaved in
+rounds so machine load falls on all alike:
+
+  chat      32 prompts, up to 128 new tokens, as many engine slots as prompts
+  longtail  96 prompts, up to 256 new tokens, 32 engine slots: more requests than slots, so
+            finished slots are refilled (HF generate pads all 96 to the longest)
+
+tok/s counts the tokens each produced (up to and including the end-of-turn token). A float32
+matmul's rate is printed beside them: absolute times only mean something with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentic_jax.rollout.engine import EngineConfig
+
+WORKLOADS = {"chat": dict(prompts=32, cap=128, slots=32),
+             "longtail": dict(prompts=96, cap=256, slots=32)}
+
+
+def chat_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` curriculum problems (arithmetic and algebra) under the chat template."""
+    from agentic_jax.data import generate_curriculum
+    from agentic_jax.data.prompts import format_prompt
+    from agentic_jax.data.tokenizer import encode_prompt
+
+    problems = generate_curriculum(seed=seed, sizes={"arithmetic": 200, "algebra": 200})
+    rng = np.random.default_rng(seed)
+    picked = [problems[i] for i in rng.choice(len(problems), n, replace=False)]
+    return [encode_prompt(tokenizer, format_prompt(p.question, template="chat",
+                                                   tokenizer=tokenizer)) for p in picked]
+
+
+def matmul_gflops(size: int = 2048) -> float:
+    a = jnp.ones((size, size), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def run(args: argparse.Namespace, median_seconds) -> None:
+    import torch
+    import transformers
+
+    import bench_generate_longtail as lt
+    from agentic_jax.models import from_pretrained
+    from agentic_jax.models.builtin import checkpoint_dir
+
+    torch.set_num_threads(args.torch_threads)
+    directory = checkpoint_dir(args.model, "") or args.model
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    ours = from_pretrained(directory, dtype="float32")
+    stops = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    gflops = matmul_gflops()
+    print(f"model {args.model} ({directory}); jax {jax.__version__} on "
+          f"{jax.devices()[0].platform}, torch {torch.__version__} with "
+          f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s")
+    for name in args.real_workloads.split(","):
+        w = WORKLOADS[name]
+        prompts = chat_prompts(tokenizer, w["prompts"])
+        cap = w["cap"]
+        cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps)
+        fns = {
+            "HF generate (static)": functools.partial(lt.hf_static, hf, prompts, stops, cap),
+            "HF generate_batch (CB)": functools.partial(lt.hf_continuous, hf, prompts, stops,
+                                                        cap),
+            f"ours: engine {w['slots']} slots": functools.partial(lt.engine, ours, prompts,
+                                                                  stops, cap, cfg),
+        }
+        tokens = {}
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            tokens[label] = fn()
+            print(f"warm-up {label}: {tokens[label]} tokens in "
+                  f"{time.perf_counter() - start:.1f} s", flush=True)
+        seconds = median_seconds(list(fns.values()), args.repeats, warmup=False)
+        rate = {label: tokens[label] / s for label, s in zip(fns, seconds)}
+        lengths = [len(p) for p in prompts]
+        print(f"{name}: {len(prompts)} chat prompts of {min(lengths)}..{max(lengths)} tokens, "
+              f"temperature 1, cap {cap}, stop <|im_end|>; median of {args.repeats}")
+        print(f"{'':<24} {'tokens':>7} {'tok/s':>8} {'vs HF gen':>10} {'vs HF CB':>9}")
+        for label in fns:
+            print(f"{label:<24} {tokens[label]:>7} {rate[label]:>8.1f} "
+                  f"{rate[label] / rate['HF generate (static)']:>9.2f}x "
+                  f"{rate[label] / rate['HF generate_batch (CB)']:>8.2f}x")
+        stats = lt.engine_stats(ours, prompts, stops, cap, cfg)
+        print(f"engine: slot utilisation {stats['slot_utilisation']:.1%}, prefill "
+              f"{stats['prefill_s']:.2f} s / decode {stats['decode_s']:.2f} s, "
+              f"{stats['decode_calls']:.0f} decode round trips", flush=True)
