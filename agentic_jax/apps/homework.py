@@ -11,9 +11,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import os
 from collections.abc import Iterable, Sequence
+
+from agentic_jax.utils.files import loads_bounded
 
 MAX_ROWS = 10_000
 MAX_FIELD_CHARS = 20_000
@@ -118,7 +119,7 @@ def _jsonl_records(text: str) -> Iterable[dict | str]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_bounded(line)
         except ValueError as err:
             yield f"not a JSON line ({err.__class__.__name__}: {err})"
             continue

@@ -73,6 +73,14 @@ def test_broken_rows_get_a_reason_each():
         parse_homework("", "xlsx")
 
 
+def test_a_deeply_nested_jsonl_line_is_one_bad_row():
+    good = '{"answer": "1", "student_answer": "1"}'
+    rows = parse_homework("\n".join([good, "[" * 100_000, '{"answer": ' + "[" * 50 + "]" * 50
+                                      + "}", good]), "jsonl")
+    assert [bool(r.error) for r in rows] == [False, True, True, False]
+    assert "nested" in rows[1].error and "nested 51 levels" in rows[2].error
+
+
 def _homework_file(path, n=1000):
     """n rows from the curriculum: right, wrong and rephrased answers, some tests, some code
     and some broken rows."""
