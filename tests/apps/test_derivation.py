@@ -1,5 +1,7 @@
 """Derivation checking: right steps pass, the first wrong one is marked with its reason."""
 
+import time
+
 import pytest
 
 from agentic_jax.apps import derivation
@@ -38,6 +40,21 @@ def test_unparsable_and_hostile_steps_are_invalid_not_run():
     assert result.steps[1].status == "invalid" and "parse" in result.steps[1].reason
     with pytest.raises(ValueError, match="at least one"):
         check_derivation("\n  \n")
+
+
+@pytest.mark.parametrize("text", [
+    "(x+1)^{3000} = 0\nx = -1",  # Poly expanded 3000 terms before checking the degree: 4.5 s
+    "x^{3 \\cdot 10^6}\n= 2",  # the probe point substituted exactly: (7/3)^(3*10^6)
+    "x = 10^{10^7}\nx = 1",  # x - 10^(10^7) re-evaluated the power the parser left alone
+    "10^{10^7}\n= 2",  # nsimplify evaluated it as a stated solution
+    "x = 9^{9^{9^9}}\nx = 1",
+    "x = 10^{5000}, x = 2\nx = 1, x = 2",  # printing a 5001-digit solution raised ValueError
+])
+def test_huge_powers_and_degrees_are_checked_in_bounded_time(text):
+    start = time.monotonic()
+    result = check_derivation(text)
+    assert time.monotonic() - start < 2.0
+    assert result.first_invalid == 1 and result.steps[1].reason
 
 
 def test_the_command(tmp_path, capsys):
