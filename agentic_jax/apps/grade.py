@@ -4,7 +4,9 @@ student's code in the sandbox with its error diagnosed, and a correction hint fr
     python -m agentic_jax.apps.grade --input=homework.csv --out=graded.csv [--workdir=RUN]
 
 Without ``--workdir`` no hints are written (the grader and the sandbox need no model). A row
-that cannot be graded gets verdict "error" and its reason; the command never stops at a row.
+that cannot be graded gets verdict "error" and its reason; the command never stops at a row:
+every other row is graded and written, then one line names the first bad row and the exit
+status is 2 (0 when every row was graded, 2 as well for an unreadable input or output).
 """
 
 from __future__ import annotations
@@ -149,16 +151,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentic_jax.apps.hints import hint_session
     from agentic_jax.apps.sandboxes import grading_sandbox
 
-    with grading_sandbox() as sandbox, hint_session(args.workdir, args.hint_tokens) as hints:
-        results = grade_rows(rows, sandbox, hints, progress=_progress)
-    write_results_csv([dataclasses.asdict(r) for r in results], args.out)
+    try:
+        with grading_sandbox() as sandbox, hint_session(args.workdir, args.hint_tokens) as hints:
+            results = grade_rows(rows, sandbox, hints, progress=_progress)
+    except (ValueError, FileNotFoundError) as err:  # the run named by --workdir
+        print(f"error: --workdir: {err}", file=sys.stderr)
+        return 2
+    try:
+        write_results_csv([dataclasses.asdict(r) for r in results], args.out)
+    except OSError as err:
+        print(f"error: --out: {err}", file=sys.stderr)
+        return 2
     print(f"\n{summary(results)} -> {args.out}")
+    bad = [r for r in results if r.verdict == "error"]
+    if bad:
+        print(f"error: {len(bad)} row(s) could not be graded; first: row {bad[0].row}: "
+              f"{bad[0].error}", file=sys.stderr)
+        return 2
     return 0
 
 
 def _progress(done: int, total: int) -> None:
     if done == total or done % 100 == 0:
-        print(f"\rgraded {done}/{total}", end="", file=sys.stderr, flush=True)
+        print(f"\rgraded {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -217,8 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlotError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    with open(args.out, "wb") as f:
-        f.write(result.png)
+    try:
+        with open(args.out, "wb") as f:
+            f.write(result.png)
+    except OSError as err:
+        print(f"error: --out: {err}", file=sys.stderr)
+        return 2
     print(f"{args.out}: {len(result.png)} bytes, {len(result.curves)} curve(s)")
     return 0
 

@@ -132,12 +132,22 @@ def test_a_thousand_row_file(tmp_path, sandbox):
 
 def test_the_command_writes_csv(tmp_path, capsys):
     src = tmp_path / "hw.jsonl"
-    src.write_text(_jsonl([{"question": "q", "answer": "2", "student_answer": "2"},
-                           {"question": "q", "answer": "2", "student_answer": "5"}]) + "\nbad\n")
+    good = _jsonl([{"question": "q", "answer": "2", "student_answer": "2"},
+                   {"question": "q", "answer": "2", "student_answer": "5"}])
+    src.write_text(good)
     out = tmp_path / "graded.csv"
     assert grade.main([f"--input={src}", f"--out={out}"]) == 0
+    capsys.readouterr()
+    # A bad line (here nested past the JSON depth bound) among good ones: every good row is
+    # graded and written, one line names it, exit status 2, no traceback.
+    src.write_text(good + "\n" + "[" * 100_000 + "\nbad\n")
+    assert grade.main([f"--input={src}", f"--out={out}"]) == 2
     with open(out) as f:
         rows = list(csv.DictReader(f))
-    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error"]
+    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error", "error"]
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: 2 row(s) could not be graded; first: row 3: not a JSON line")
+    assert grade.main([f"--input={src}", f"--out={tmp_path / 'no' / 'dir.csv'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --out:")
     assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -79,3 +79,5 @@ def test_the_command(tmp_path, capsys):
     assert plot.main(["10^4400 x", f"--out={out}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: plot:") and err.count("\n") == 1 and "Traceback" not in err
+    assert plot.main(["x", f"--out={tmp_path / 'no' / 'dir.png'}"]) == 2
+    assert capsys.readouterr().err.startswith("error: --out:")
