@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow, read_homework, write_results_csv
 from agentic_jax.reward import extract_answer, grade_answer
 
+SANDBOX_CHUNK = 4  # snippets of one budgeted upload queued on the sandbox at a time
 HintFn = Callable[[Sequence["GradedRow"], Sequence[HomeworkRow]], list[str]]
 _LINE = re.compile(r"\(line (\d+)\)")
 
@@ -52,18 +54,31 @@ class GradedRow:
 
 
 def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[GradedRow]:
+               progress: Callable[[int, int], None] | None = None,
+               sandbox_budget_s: float | None = None) -> list[GradedRow]:
     """Grades every row; student code and reference tests run as two sandbox batches.
 
     ``sandbox``: an `agentic_jax.sandbox.Sandbox` (``run_batch``). ``hint_fn`` (optional) gets
     the incorrect rows and returns one hint each, in one call so that a policy writes them in
-    batches.
+    batches. ``sandbox_budget_s``: wall time this call may keep the sandbox busy (a shared
+    server's budget per upload; None: no bound). Snippets then run in chunks of
+    SANDBOX_CHUNK, and rows whose code or tests had not started when it ran out get verdict
+    "error" saying so.
     """
+    deadline, over_budget = None, ""
+    if sandbox_budget_s is not None:
+        deadline = time.monotonic() + sandbox_budget_s
+        over_budget = f"not run: this upload's {sandbox_budget_s:g} s of sandbox time ran out"
     out = [GradedRow(r.index, error=r.error) for r in rows]
     usable = [i for i, r in enumerate(rows) if not r.error]
     with_code = [i for i in usable if rows[i].student_code.strip()]
-    for i, result in zip(with_code, sandbox.run_batch([rows[i].student_code for i in with_code])):
-        _code_result(out[i], rows[i].student_code, result)
+    codes = [rows[i].student_code for i in with_code]
+    for i, result in zip(with_code, _run_within(sandbox, codes, deadline)):
+        if result is None:
+            out[i].error = over_budget
+        else:
+            _code_result(out[i], rows[i].student_code, result)
+    usable = [i for i in usable if not out[i].error]
     for done, i in enumerate(usable, 1):
         out[i].answer = _answer(rows[i], out[i])
         if rows[i].reference_answer.strip():
@@ -72,10 +87,14 @@ def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None
             progress(done, len(usable))
     with_tests = [i for i in usable if rows[i].tests.strip() and out[i].answer]
     codes = [f"ANSWER = {out[i].answer!r}\n{rows[i].tests}" for i in with_tests]
-    for i, result in zip(with_tests, sandbox.run_batch(codes)):
+    for i, result in zip(with_tests, _run_within(sandbox, codes, deadline)):
+        if result is None:
+            out[i].error = over_budget
+            continue
         out[i].tests = "passed" if result.ok else "failed"
         if not result.ok:
             out[i].failing_check = _failing_line(rows[i].tests, result.message, offset=1)
+    usable = [i for i in usable if not out[i].error]
     for i in usable:
         _verdict(out[i], rows[i])
     wrong = [i for i in usable if out[i].verdict == "incorrect"]
@@ -83,6 +102,19 @@ def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None
         for i, hint in zip(wrong, hint_fn([out[i] for i in wrong], [rows[i] for i in wrong])):
             out[i].hint = hint
     return out
+
+
+def _run_within(sandbox: Any, codes: list[str], deadline: float | None) -> list[Any]:
+    """Each snippet's result, or None for those not started by ``deadline`` (chunks of
+    SANDBOX_CHUNK, so one upload queues at most that many ahead of other requests)."""
+    if deadline is None:
+        return sandbox.run_batch(codes)
+    results: list[Any] = []
+    for start in range(0, len(codes), SANDBOX_CHUNK):
+        if time.monotonic() >= deadline:
+            return results + [None] * (len(codes) - len(results))
+        results += sandbox.run_batch(codes[start:start + SANDBOX_CHUNK])
+    return results
 
 
 def _code_result(out: GradedRow, code: str, result: Any) -> None:

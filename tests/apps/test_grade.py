@@ -5,6 +5,8 @@ import csv
 import io
 import json
 import random
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -151,3 +153,27 @@ def test_the_command_writes_csv(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --out:")
     assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+class _SlowSandbox:
+    """Every snippet takes ``step_s`` (student code that loops until its timeout)."""
+
+    def __init__(self, step_s):
+        self.step_s, self.ran = step_s, 0
+
+    def run_batch(self, codes):
+        time.sleep(self.step_s * len(codes))
+        self.ran += len(codes)
+        return [SimpleNamespace(ok=True, stdout="2\n", error=None, message="") for _ in codes]
+
+
+def test_an_upload_gets_a_sandbox_time_budget():
+    rows = parse_homework(_jsonl([{"answer": "2", "code": "while True: pass"}] * 200), "jsonl")
+    sandbox = _SlowSandbox(step_s=0.01)
+    start = time.monotonic()
+    out = grade.grade_rows(rows, sandbox, sandbox_budget_s=0.2)
+    assert time.monotonic() - start < 1.0 and sandbox.ran < 60
+    assert out[0].verdict == "correct"
+    assert out[-1].verdict == "error" and "0.2 s of sandbox time ran out" in out[-1].error
+    assert grade.summary(out)["rows"] == 200
+    assert all(r.verdict == "correct" for r in grade.grade_rows(rows[:20], _SlowSandbox(0.001)))
