@@ -215,9 +215,11 @@ def _differing_point(a: sympy.Expr, b: sympy.Expr) -> str:
                 for i, s in enumerate(symbols)}
         try:
             va, vb = complex(a.evalf(15, subs=subs)), complex(b.evalf(15, subs=subs))
+            # abs() of a complex near the float limit overflows: such a point shows nothing.
+            differ = abs(va - vb) > 1e-9 * max(1.0, abs(va), abs(vb))
         except (TypeError, ValueError, ZeroDivisionError, OverflowError):
             continue
-        if abs(va - vb) > 1e-9 * max(1.0, abs(va), abs(vb)):
+        if differ:
             where = ", ".join(f"{s} = {v}" for s, v in subs.items())
             return (f"at {where}: " if where else "") + f"{_show(va)} vs {_show(vb)}"
     return ""
