@@ -55,20 +55,20 @@ class GradedRow:
 
 def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None = None,
                progress: Callable[[int, int], None] | None = None,
-               sandbox_budget_s: float | None = None) -> list[GradedRow]:
+               time_budget_s: float | None = None) -> list[GradedRow]:
     """Grades every row; student code and reference tests run as two sandbox batches.
 
     ``sandbox``: an `agentic_jax.sandbox.Sandbox` (``run_batch``). ``hint_fn`` (optional) gets
     the incorrect rows and returns one hint each, in one call so that a policy writes them in
-    batches. ``sandbox_budget_s``: wall time this call may keep the sandbox busy (a shared
-    server's budget per upload; None: no bound). Snippets then run in chunks of
-    SANDBOX_CHUNK, and rows whose code or tests had not started when it ran out get verdict
-    "error" saying so.
+    batches. ``time_budget_s``: wall time this call may spend in the sandbox, and as much
+    again in the grader (a shared server's budget per upload; None: no bound). Snippets then
+    run in chunks of SANDBOX_CHUNK, and rows whose code, answer or tests were not reached in
+    time get verdict "error" saying so (hints are budgeted by ``hint_fn`` itself).
     """
     deadline, over_budget = None, ""
-    if sandbox_budget_s is not None:
-        deadline = time.monotonic() + sandbox_budget_s
-        over_budget = f"not run: this upload's {sandbox_budget_s:g} s of sandbox time ran out"
+    if time_budget_s is not None:
+        deadline = time.monotonic() + time_budget_s
+        over_budget = f"not graded: this upload's {time_budget_s:g} s budget ran out"
     out = [GradedRow(r.index, error=r.error) for r in rows]
     usable = [i for i, r in enumerate(rows) if not r.error]
     with_code = [i for i in usable if rows[i].student_code.strip()]
@@ -79,12 +79,17 @@ def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None
         else:
             _code_result(out[i], rows[i].student_code, result)
     usable = [i for i in usable if not out[i].error]
+    grader_deadline = None if deadline is None else time.monotonic() + time_budget_s
     for done, i in enumerate(usable, 1):
+        if grader_deadline is not None and time.monotonic() >= grader_deadline:
+            out[i].error = over_budget
+            continue
         out[i].answer = _answer(rows[i], out[i])
         if rows[i].reference_answer.strip():
             out[i].reference_match = str(grade_answer(out[i].answer, rows[i].reference_answer))
         if progress:
             progress(done, len(usable))
+    usable = [i for i in usable if not out[i].error]
     with_tests = [i for i in usable if rows[i].tests.strip() and out[i].answer]
     codes = [f"ANSWER = {out[i].answer!r}\n{rows[i].tests}" for i in with_tests]
     for i, result in zip(with_tests, _run_within(sandbox, codes, deadline)):

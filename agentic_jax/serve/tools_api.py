@@ -28,9 +28,10 @@ from agentic_jax.serve.schema import RequestError, validation_message
 
 MAX_LEARNERS = 1000
 MAX_UPLOAD_BYTES = 8 << 20
-# Sandbox wall time one graded upload may use: the grading sandbox is shared by every client,
-# and a 10,000-row upload of looping code would otherwise hold it for hours (2 s per snippet).
-GRADE_SANDBOX_BUDGET_S = 60.0
+# Wall time one graded upload may spend in the sandbox, and again in the grader: the sandbox is
+# shared by every client, and a 10,000-row upload of looping code would otherwise hold it for
+# hours (2 s per snippet).
+GRADE_BUDGET_S = 60.0
 
 
 class _Body(pydantic.BaseModel):
@@ -180,7 +181,7 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
         raise RequestError(400, f"text: {err}", "text") from None
     hints = policy_hint_fn(service.worker) if body.hints else None
     graded = grade_rows(rows, service.tools.sandbox("grade"), hints,
-                        sandbox_budget_s=GRADE_SANDBOX_BUDGET_S)
+                        time_budget_s=GRADE_BUDGET_S)
     results = [dataclasses.asdict(r) for r in graded]
     out = io.StringIO()
     write_results_csv(results, out)
