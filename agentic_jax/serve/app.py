@@ -2,12 +2,14 @@
 
     service = Service.start(policy, ServeLimits(), model_name="run-1")
     app = create_app(service)     # uvicorn.run(app, host="127.0.0.1", port=8000)
-    app = create_app(service, hosts=allowed_hosts("0.0.0.0", ["gpu-box.lan"]))
     ...
     service.close()               # the worker thread, then the sandboxes
 
-Requests from other web sites (a foreign Host or Origin, a POST not labelled JSON) are refused
-before any route runs (`agentic_jax.serve.boundary`). Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
+Bound to all addresses and reached by name: ``create_app(service,
+hosts=allowed_hosts("0.0.0.0", ["gpu-box.lan"]))``. Requests from other web sites (a foreign
+Host or Origin, a POST not labelled JSON) are refused before any route runs
+(`agentic_jax.serve.boundary`). Every error is OpenAI's body
+``{"error": {"message", "type", "param", "code"}}``.
 """
 
 from __future__ import annotations
