@@ -81,9 +81,11 @@ _SIZING_COMMANDS = word_set(
 def _continues_number(tokens: list[Token], text: str, number_end: int, pos: int,
                       digits: str) -> bool:
     """Whether the number at ``pos`` continues the number token just before it, only
-    whitespace between ("1 8", "1.5 2"; not "1e5 2", whose exponent is complete)."""
+    whitespace between ("1 8", "1.5 2"; not "1e5 2", whose exponent is complete, nor the
+    "3" of "x^2 3", since a bare superscript or subscript takes a single token)."""
     return (bool(tokens) and tokens[-1].kind == "num" and number_end >= 0
             and text[number_end:pos].isspace() and "e" not in tokens[-1].text.lower()
+            and not (len(tokens) > 1 and tokens[-2] in (Token("op", "^"), Token("op", "_")))
             and _NUMBER.fullmatch(tokens[-1].text + digits) is not None)
 
 

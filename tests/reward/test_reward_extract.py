@@ -80,3 +80,4 @@ def test_digits_spaced_in_math_mode_are_one_number():
     assert grade_answer(r"\mathbf{1 8}", "18") and not grade_answer(r"\mathbf{1 8}", "8")
     assert grade_answer("1 8 + 2", "20")
     assert [t.text for t in tokenize("1e5 2")] == ["1e5", "2", ""]  # the exponent is complete
+    assert [t.text for t in tokenize("x^2 3")] == ["x", "^", "2", "3", ""]
