@@ -90,13 +90,13 @@ def clean_answer(answer: str) -> str | None:
 
 
 def _is_prose(answer: str) -> bool:
-    """Whether an extracted answer is a sentence rather than a value: no digit or math sign,
-    and it opens like a clause or is longer than _MAX_WORDS_WITHOUT_MATH words ("all real
-    numbers", "yes", "(C)" and "x" stay answers)."""
+    """Whether what follows "the answer is" is a sentence rather than a value: no digit or
+    math sign, and it opens like a clause or, unless it is a list, runs past
+    _MAX_WORDS_WITHOUT_MATH words ("all real numbers", "yes", "(C)", "x" stay answers)."""
     if _MATH_SIGNS.search(answer):
         return False
     return (_PROSE_OPENERS.match(answer) is not None
-            or len(answer.split()) > _MAX_WORDS_WITHOUT_MATH)
+            or "," not in answer and len(answer.split()) > _MAX_WORDS_WITHOUT_MATH)
 
 
 def _labelled_last_line(text: str) -> str | None:
@@ -170,7 +170,9 @@ def _line_answer(line: str, lowered: str) -> str | None:
             return None
         found = _AFTER_ANSWER.match(line, pos + len("answer"))
         answer = _answer_phrase(found.group("answer")) if found else _answer_before(line, pos)
-        if answer is not None and not _is_prose(answer):
+        # "Final answer: ..." states its answer whatever it says; "the answer is ..." may not.
+        stated_by_is = found is not None and "is" in lowered[found.start():found.start("answer")]
+        if answer is not None and not (stated_by_is and _is_prose(answer)):
             return answer
         end = pos
     return None

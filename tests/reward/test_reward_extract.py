@@ -42,6 +42,8 @@ CASES = [
     ("The answer is all real numbers.", "all real numbers"),
     ("The answer is (C).", "(C)"),
     ("The answer is yes", "yes"),
+    ("Final answer: no real solutions exist", "no real solutions exist"),
+    ("The answer is Alice, Bob, Carol, Dave and Eve", "Alice, Bob, Carol, Dave and Eve"),
 ]
 
 
