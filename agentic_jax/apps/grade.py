@@ -11,6 +11,7 @@ status is 2 (0 when every row was graded, 2 as well for an unreadable input or o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sys
@@ -188,12 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentic_jax.apps.hints import hint_session
     from agentic_jax.apps.sandboxes import grading_sandbox
 
-    try:
-        with grading_sandbox() as sandbox, hint_session(args.workdir, args.hint_tokens) as hints:
-            results = grade_rows(rows, sandbox, hints, progress=_progress)
-    except (ValueError, FileNotFoundError) as err:  # the run named by --workdir
-        print(f"error: --workdir: {err}", file=sys.stderr)
-        return 2
+    with contextlib.ExitStack() as stack:
+        sandbox = stack.enter_context(grading_sandbox())
+        try:
+            hints = stack.enter_context(hint_session(args.workdir, args.hint_tokens))
+        except (ValueError, FileNotFoundError) as err:  # no run, or no checkpoint in it
+            print(f"error: --workdir: {err}", file=sys.stderr)
+            return 2
+        results = grade_rows(rows, sandbox, hints, progress=_progress)
     try:
         write_results_csv([dataclasses.asdict(r) for r in results], args.out)
     except OSError as err:

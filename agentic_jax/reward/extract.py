@@ -36,7 +36,7 @@ _MAX_SPANS = 16
 _ANSWER_PHRASES = ("is the", "is our", "is the final", "is the correct", "is our final")
 _BEFORE_CHARS = 300
 # Prose after "the answer is" ("... is obtained in the same way"): a phrase with no digit or math
-# sign that opens with one of these words, or runs to several words, states no answer.
+# sign that opens with one of these words, or (not being a list) runs past four words.
 _PROSE_OPENERS = re.compile(
     r"(?:obtained|given|found|computed|calculated|determined|derived|shown|written|as|that|this|"
     r"then|below|above|following|similar|same|the same|clear|simple|easy|straightforward|in|to|"
