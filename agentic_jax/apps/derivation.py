@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from collections.abc import Sequence
 
 import sympy
@@ -67,8 +68,13 @@ def split_steps(text: str) -> list[tuple[int, str]]:
     return steps
 
 
-def check_derivation(text: str) -> DerivationResult:
-    """Checks every step against the previous one (ValueError for empty or oversized input)."""
+def check_derivation(text: str, time_budget_s: float | None = None) -> DerivationResult:
+    """Checks every step against the previous one (ValueError for empty or oversized input).
+
+    ``time_budget_s`` bounds the whole check (a server's budget per request; each step is
+    bounded, but 200 steps of root finding take minutes): steps not reached by then are
+    marked invalid, with the reason that they were not checked."""
+    deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     lines = split_steps(text)
     if not lines:
         raise ValueError("derivation: expected at least one non-empty line")
@@ -81,6 +87,9 @@ def check_derivation(text: str) -> DerivationResult:
         if len(step) > MAX_STEP_CHARS:
             check = StepCheck(number, step[:80] + "...", "invalid",
                               f"longer than {MAX_STEP_CHARS} characters")
+        elif deadline is not None and time.monotonic() > deadline:
+            check = StepCheck(number, step, "invalid", f"not checked: the {time_budget_s:g} s "
+                              "budget of one derivation ran out")
         elif previous is None:
             check = StepCheck(number, step, "start", _unparsed(step))
             if check.reason:

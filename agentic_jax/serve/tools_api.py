@@ -32,6 +32,7 @@ MAX_UPLOAD_BYTES = 8 << 20
 # shared by every client, and a 10,000-row upload of looping code would otherwise hold it for
 # hours (2 s per snippet).
 GRADE_BUDGET_S = 60.0
+DERIVATION_BUDGET_S = 10.0  # one derivation check (up to 200 steps)
 
 
 class _Body(pydantic.BaseModel):
@@ -130,7 +131,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
 
         body = await _body(request, DerivationBody, service.limits.max_body_bytes)
         try:
-            result = await run_in_threadpool(check_derivation, body.text)
+            result = await run_in_threadpool(check_derivation, body.text, DERIVATION_BUDGET_S)
         except ValueError as err:
             raise RequestError(400, str(err), "text") from None
         return {"ok": result.ok, "first_invalid": result.first_invalid,

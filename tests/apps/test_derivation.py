@@ -58,6 +58,16 @@ def test_huge_powers_and_degrees_are_checked_in_bounded_time(text):
     assert result.first_invalid == 1 and result.steps[1].reason
 
 
+def test_a_derivation_has_a_time_budget():
+    """Each step is bounded, but 200 steps of quartics with wide coefficients took minutes."""
+    text = "\n".join(f"{1234567 + k}x^4 + 7654321x^3 - 9999991x + 31337 = 0" for k in range(200))
+    start = time.monotonic()
+    result = check_derivation(text, time_budget_s=0.5)
+    assert time.monotonic() - start < 3.0
+    assert result.steps[-1].reason.startswith("not checked: the 0.5 s budget")
+    assert not result.ok
+
+
 def test_the_command(tmp_path, capsys):
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("(x+1)^2\n= x^2 + 2x + 1\n")
