@@ -63,7 +63,7 @@ def test_a_derivation_has_a_time_budget():
     text = "\n".join(f"{1234567 + k}x^4 + 7654321x^3 - 9999991x + 31337 = 0" for k in range(200))
     start = time.monotonic()
     result = check_derivation(text, time_budget_s=0.5)
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 5.0  # the budget, plus the step under way when it ran out
     assert result.steps[-1].reason.startswith("not checked: the 0.5 s budget")
     assert not result.ok
 
