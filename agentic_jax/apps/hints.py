@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -26,29 +27,35 @@ def hint_question(graded: Any, row: HomeworkRow) -> str:
             "Explain the mistake in one or two sentences and show the correct method.")
 
 
+def hint_slots(worker: Any) -> threading.BoundedSemaphore:
+    """Hint jobs allowed in ``worker``'s queue at once: a quarter of it, so that chat requests
+    always find the rest. A server shares one across all uploads."""
+    return threading.BoundedSemaphore(max(1, worker.limits.max_queue // 4))
+
+
 def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MAX_HINTS,
-                   time_budget_s: float | None = HINT_BUDGET_S):
+                   time_budget_s: float | None = HINT_BUDGET_S,
+                   slots: threading.BoundedSemaphore | None = None):
     """A `grade_rows` hint function: one greedy episode per wrong row on ``worker`` (a
     `agentic_jax.serve.BatchWorker`); the hint is the episode's transcript.
 
     One call is one upload, and the worker's queue is shared with every other client, so an
-    upload gets a budget: at most a quarter of the queue in flight at once (chat requests
-    keep the rest), at most ``max_hints`` hints, and ``time_budget_s`` seconds in all (None:
-    no bound, for the command line's own worker). Rows past the budget get "(no hint: ...)"
-    saying which bound they met."""
+    upload gets a budget: each hint holds one of ``slots`` (default: `hint_slots` of its own)
+    while queued or running, at most ``max_hints`` hints, and ``time_budget_s`` seconds in all
+    (None: no bound, for the command line's own worker). Rows past the budget get
+    "(no hint: ...)" saying which bound they met."""
     from agentic_jax.rollout import SamplingParams
     from agentic_jax.serve.chat import chat_prompt
     from agentic_jax.serve.worker import Job
 
-    in_flight = max(1, worker.limits.max_queue // 4)
+    slots = hint_slots(worker) if slots is None else slots
 
     def hints(graded: Sequence[Any], rows: Sequence[HomeworkRow]) -> list[str]:
         deadline = math.inf if time_budget_s is None else time.monotonic() + time_budget_s
-        slots: list[cf.Future | str] = []  # a pending hint, or why the row gets none
-        active: list[cf.Future] = []  # this upload's hints not yet seen finished
+        pending: list[cf.Future | str] = []  # a hint on its way, or why the row gets none
         for g, row in zip(graded, rows):
-            if max_hints is not None and len(slots) >= max_hints:
-                slots.append(f"(no hint: at most {max_hints} hints per upload)")
+            if max_hints is not None and len(pending) >= max_hints:
+                pending.append(f"(no hint: at most {max_hints} hints per upload)")
                 continue
             future: cf.Future = cf.Future()
             prompt = chat_prompt(worker.policy, [{"role": "user",
@@ -57,14 +64,11 @@ def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MA
             job = Job(prompt=prompt, n=1, sampling=SamplingParams(temperature=HINT_TEMPERATURE),
                       max_new_tokens=max(1, min(max_tokens, worker.max_length - len(prompt))),
                       on_update=lambda *_: None,
-                      on_finish=lambda eps, err, f=future: f.set_result((eps, err)))
-            if _submit(worker, job, active, in_flight, deadline):
-                active.append(future)
-                slots.append(future)
-            else:
-                slots.append(_OVER_TIME.format(time_budget_s))
-        return [s if isinstance(s, str) else _hint_result(worker, s, deadline, max_tokens,
-                                                          time_budget_s) for s in slots]
+                      on_finish=lambda eps, err, f=future: _finish(f, slots, eps, err))
+            submitted = _submit(worker, job, slots, deadline)
+            pending.append(future if submitted else _OVER_TIME.format(time_budget_s))
+        return [p if isinstance(p, str) else _hint_result(worker, p, deadline, max_tokens,
+                                                          time_budget_s) for p in pending]
 
     return hints
 
@@ -72,28 +76,31 @@ def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MA
 _OVER_TIME = "(no hint: the upload's {:g} s for hints ran out)"
 
 
-def _submit(worker: Any, job: Any, active: list[cf.Future], in_flight: int,
-            deadline: float) -> bool:
-    """Submits ``job`` once fewer than ``in_flight`` of ``active`` are unfinished (finished
-    ones are dropped from it) and the queue has room, waiting until ``deadline`` at most;
-    False when it could not."""
+def _finish(future: cf.Future, slots: threading.BoundedSemaphore, episodes, error) -> None:
+    slots.release()
+    future.set_result((episodes, error))
+
+
+def _submit(worker: Any, job: Any, slots: threading.BoundedSemaphore, deadline: float) -> bool:
+    """Submits ``job`` holding one of ``slots`` (released when it finishes), waiting for a slot
+    and for room in the queue until ``deadline`` at most; False when it could not."""
     from agentic_jax.serve.worker import QueueFull
 
     while True:
-        active[:] = [f for f in active if not f.done()]
-        if len(active) < in_flight:
-            try:
-                worker.submit(job)
-                return True
-            except QueueFull:  # other clients' requests fill it: wait, then try again
-                pass
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        if active:
-            cf.wait(active, timeout=min(left, 1.0), return_when=cf.FIRST_COMPLETED)
-        else:
+        if not slots.acquire(timeout=min(left, 1.0)):
+            continue
+        try:
+            worker.submit(job)
+            return True
+        except QueueFull:  # other clients' requests fill it: wait, then try again
+            slots.release()
             time.sleep(min(left, 0.05))
+        except BaseException:
+            slots.release()
+            raise
 
 
 def _hint_result(worker: Any, future: cf.Future, deadline: float, max_tokens: int,

@@ -73,6 +73,7 @@ class ToolResources:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, Any] = {}
         self._pool = None
+        self._hint_slots = None
         self.learners: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     def sandbox(self, kind: str) -> Any:
@@ -83,6 +84,15 @@ class ToolResources:
                 self._sandboxes[kind] = (plot_sandbox() if kind == "plot"
                                          else grading_sandbox(num_workers=1))
             return self._sandboxes[kind]
+
+    def hint_slots(self) -> Any:
+        """The hint jobs all uploads together may keep in the worker's queue (a quarter)."""
+        from agentic_jax.apps.hints import hint_slots
+
+        with self._lock:
+            if self._hint_slots is None:
+                self._hint_slots = hint_slots(self.worker)
+            return self._hint_slots
 
     def learner(self, name: str) -> Any:
         """The learner called ``name`` (new ones start at the first stage; the least recently
@@ -180,7 +190,8 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
         rows = parse_homework(body.text, body.format)
     except ValueError as err:
         raise RequestError(400, f"text: {err}", "text") from None
-    hints = policy_hint_fn(service.worker) if body.hints else None
+    hints = (policy_hint_fn(service.worker, slots=service.tools.hint_slots()) if body.hints
+             else None)
     graded = grade_rows(rows, service.tools.sandbox("grade"), hints,
                         time_budget_s=GRADE_BUDGET_S)
     results = [dataclasses.asdict(r) for r in graded]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentic_jax.apps.hints import policy_hint_fn
+from agentic_jax.apps.hints import hint_slots, policy_hint_fn
 from agentic_jax.apps.homework import HomeworkRow
 from agentic_jax.serve import QueueFull, ServeLimits
 
@@ -65,6 +65,21 @@ def test_an_upload_holds_at_most_a_quarter_of_the_queue():
     hints = _run_bounded(policy_hint_fn(worker), *_wrong_rows(60))
     assert hints == ["a hint"] * 60
     assert worker.most_queued <= 2  # chat requests always found 6 free slots
+
+
+def test_concurrent_uploads_share_one_quarter_of_the_queue():
+    worker = _Worker(max_queue=8)
+    slots = hint_slots(worker)
+    uploads = [policy_hint_fn(worker, slots=slots) for _ in range(4)]
+    results = []
+    threads = [threading.Thread(target=lambda h=h: results.append(h(*_wrong_rows(30))))
+               for h in uploads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == [["a hint"] * 30] * 4
+    assert worker.most_queued <= 2
 
 
 def test_hints_past_the_count_or_time_budget_are_named_not_waited_for():
