@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from collections.abc import Sequence
 
 import sympy
@@ -29,6 +30,7 @@ from agentic_jax.reward.values import Relation, Scalar, Seq, Text, Value
 MAX_STEPS = 200
 MAX_STEP_CHARS = 1000  # the grader's own limit on one answer
 MAX_DEGREE = 8  # polynomial equations whose roots are compared exactly
+MAX_COEFFICIENT_BITS = 256  # ... and whose coefficients are at most this wide
 _PROBE_VALUES = (sympy.Rational(7, 3), sympy.Rational(-5, 2), sympy.Integer(3))
 _CONTINUES = re.compile(r"^\s*(=|\\iff|\\Leftrightarrow|\\Rightarrow|=>|<=>)\s*")
 _LATEX_NOISE = re.compile(r"\\begin\{[a-z*]+\}|\\end\{[a-z*]+\}|\\\\\s*$|&|\\qquad|\\quad")
@@ -66,8 +68,13 @@ def split_steps(text: str) -> list[tuple[int, str]]:
     return steps
 
 
-def check_derivation(text: str) -> DerivationResult:
-    """Checks every step against the previous one (ValueError for empty or oversized input)."""
+def check_derivation(text: str, time_budget_s: float | None = None) -> DerivationResult:
+    """Checks every step against the previous one (ValueError for empty or oversized input).
+
+    ``time_budget_s`` bounds the whole check (a server's budget per request; each step is
+    bounded, but 200 steps of root finding take minutes): steps not reached by then are
+    marked invalid, with the reason that they were not checked."""
+    deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     lines = split_steps(text)
     if not lines:
         raise ValueError("derivation: expected at least one non-empty line")
@@ -80,6 +87,9 @@ def check_derivation(text: str) -> DerivationResult:
         if len(step) > MAX_STEP_CHARS:
             check = StepCheck(number, step[:80] + "...", "invalid",
                               f"longer than {MAX_STEP_CHARS} characters")
+        elif deadline is not None and time.monotonic() > deadline:
+            check = StepCheck(number, step, "invalid", f"not checked: the {time_budget_s:g} s "
+                              "budget of one derivation ran out")
         elif previous is None:
             check = StepCheck(number, step, "start", _unparsed(step))
             if check.reason:
@@ -122,20 +132,55 @@ def _last_side(step: str) -> str:
     return re.split(r"(?<![<>!\\])=(?!=)", step)[-1].strip()
 
 
+def _deferred(value: Value) -> bool:
+    """Whether the grader left part of ``value`` unevaluated (too large to compute): such a
+    value is only compared by the grader, never substituted into, expanded or simplified
+    here, since any of those would evaluate it on the request thread."""
+    if isinstance(value, Scalar):
+        return value.node.deferred
+    if isinstance(value, Relation):
+        return any(_deferred(v) for v in value.operands)
+    if isinstance(value, Seq):
+        return any(_deferred(v) for v in value.items)
+    return False
+
+
+def _degree_bound(expr: sympy.Expr) -> int | None:
+    """An upper bound on the polynomial degree of ``expr`` read from its tree without expanding
+    it (Poly((x+1)^3000) expands 3000 terms before its degree can be checked); None when the
+    tree is not visibly a polynomial."""
+    if not expr.free_symbols:
+        return 0
+    if expr.is_Symbol:
+        return 1
+    if expr.is_Add or expr.is_Mul:
+        degrees = [_degree_bound(a) for a in expr.args]
+        if None in degrees:
+            return None
+        return max(degrees) if expr.is_Add else sum(degrees)
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp >= 0:
+        base = _degree_bound(expr.base)
+        return None if base is None else base * int(expr.exp)
+    return None
+
+
 def _solutions(value: Value) -> frozenset | None:
     """The solution set of a polynomial equation in one unknown ("(x-2)(x-3) = 0"), or the
-    values a list of roots states ("x = 2, x = 3"); None for anything else."""
+    values a list of roots states ("x = 2, x = 3"); None for anything else, and for what is
+    too large to solve quickly (degree over MAX_DEGREE, wide coefficients, deferred parts)."""
     value = canonical(value)
+    if _deferred(value):
+        return None
     if isinstance(value, Relation) and value.ops == ("=",) and all(
             isinstance(v, Scalar) for v in value.operands):
         expr = value.operands[0].node.expr - value.operands[1].node.expr
-        if len(expr.free_symbols) != 1:
+        if len(expr.free_symbols) != 1 or not 0 < (_degree_bound(expr) or 0) <= MAX_DEGREE:
             return None
         try:
             poly = sympy.Poly(expr, *expr.free_symbols)
         except sympy.PolynomialError:
             return None
-        if not 0 < poly.degree() <= MAX_DEGREE:
+        if not 0 < poly.degree() <= MAX_DEGREE or _coefficient_bits(poly) > MAX_COEFFICIENT_BITS:
             return None
         return frozenset(sympy.nsimplify(r) for r in sympy.roots(poly))
     if isinstance(value, Seq) and all(isinstance(v, Scalar) and v.node.expr.is_number
@@ -146,6 +191,13 @@ def _solutions(value: Value) -> frozenset | None:
     return None
 
 
+def _coefficient_bits(poly: sympy.Poly) -> int:
+    """The widest exact coefficient (numerator plus denominator bits): root finding factors
+    the polynomial, which slows with the coefficients' size."""
+    return max((int(c.p).bit_length() + int(c.q).bit_length()
+                for c in poly.all_coeffs() if c.is_Rational), default=0)
+
+
 def _why_different(step: str, previous: str, ours: frozenset | None,
                    theirs: frozenset | None) -> str:
     a, b = _value(step), _value(previous)
@@ -154,7 +206,7 @@ def _why_different(step: str, previous: str, ours: frozenset | None,
                 f"({previous!r})")
     if isinstance(a, Relation) or isinstance(b, Relation):
         return f"not equivalent to the previous step {previous!r}"
-    if isinstance(a, Scalar) and isinstance(b, Scalar):
+    if isinstance(a, Scalar) and isinstance(b, Scalar) and not (_deferred(a) or _deferred(b)):
         point = _differing_point(a.node.expr, b.node.expr)
         if point:
             return f"not equal to the previous step {previous!r}: {point}"
@@ -162,23 +214,38 @@ def _why_different(step: str, previous: str, ours: frozenset | None,
 
 
 def _differing_point(a: sympy.Expr, b: sympy.Expr) -> str:
-    """'at x = 7/3: 9.44 vs 7.11' for the first probe point where a and b differ."""
+    """'at x = 7/3: 9.44 vs 7.11' for the first probe point where a and b differ.
+
+    Evaluated in 15-digit floats (``evalf(subs=...)``), never by exact substitution, which
+    would compute (7/3)^(10^9) digit by digit."""
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
     for offset in range(len(_PROBE_VALUES)):
         subs = {s: _PROBE_VALUES[(i + offset) % len(_PROBE_VALUES)]
                 for i, s in enumerate(symbols)}
         try:
-            va, vb = complex(a.subs(subs).evalf(15)), complex(b.subs(subs).evalf(15))
+            va, vb = complex(a.evalf(15, subs=subs)), complex(b.evalf(15, subs=subs))
+            # abs() of a complex near the float limit overflows: such a point shows nothing.
+            differ = abs(va - vb) > 1e-9 * max(1.0, abs(va), abs(vb))
         except (TypeError, ValueError, ZeroDivisionError, OverflowError):
             continue
-        if abs(va - vb) > 1e-9 * max(1.0, abs(va), abs(vb)):
+        if differ:
             where = ", ".join(f"{s} = {v}" for s, v in subs.items())
             return (f"at {where}: " if where else "") + f"{_show(va)} vs {_show(vb)}"
     return ""
 
 
 def _set(values: frozenset) -> str:
-    return "{" + ", ".join(sorted(map(str, values))) + "}"
+    return "{" + ", ".join(sorted(map(_number_text, values))) + "}"
+
+
+def _number_text(value: sympy.Expr) -> str:
+    """A solution as text: exact when short, else 6 significant digits (Python refuses to
+    print integers over 4300 digits)."""
+    try:
+        text = str(value)
+    except ValueError:
+        text = ""
+    return text if 0 < len(text) <= 60 else str(sympy.N(value, 6))
 
 
 def _show(value: complex) -> str:

@@ -4,20 +4,25 @@ student's code in the sandbox with its error diagnosed, and a correction hint fr
     python -m agentic_jax.apps.grade --input=homework.csv --out=graded.csv [--workdir=RUN]
 
 Without ``--workdir`` no hints are written (the grader and the sandbox need no model). A row
-that cannot be graded gets verdict "error" and its reason; the command never stops at a row.
+that cannot be graded gets verdict "error" and its reason; the command never stops at a row:
+every other row is graded and written, then one line names the first bad row and the exit
+status is 2 (0 when every row was graded, 2 as well for an unreadable input or output).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow, read_homework, write_results_csv
 from agentic_jax.reward import extract_answer, grade_answer
 
+SANDBOX_CHUNK = 4  # snippets of one budgeted upload queued on the sandbox at a time
 HintFn = Callable[[Sequence["GradedRow"], Sequence[HomeworkRow]], list[str]]
 _LINE = re.compile(r"\(line (\d+)\)")
 
@@ -50,30 +55,52 @@ class GradedRow:
 
 
 def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[GradedRow]:
+               progress: Callable[[int, int], None] | None = None,
+               time_budget_s: float | None = None) -> list[GradedRow]:
     """Grades every row; student code and reference tests run as two sandbox batches.
 
     ``sandbox``: an `agentic_jax.sandbox.Sandbox` (``run_batch``). ``hint_fn`` (optional) gets
     the incorrect rows and returns one hint each, in one call so that a policy writes them in
-    batches.
+    batches. ``time_budget_s``: wall time this call may spend in the sandbox, and as much
+    again in the grader (a shared server's budget per upload; None: no bound). Snippets then
+    run in chunks of SANDBOX_CHUNK, and rows whose code, answer or tests were not reached in
+    time get verdict "error" saying so (hints are budgeted by ``hint_fn`` itself).
     """
+    deadline, over_budget = None, ""
+    if time_budget_s is not None:
+        deadline = time.monotonic() + time_budget_s
+        over_budget = f"not graded: this upload's {time_budget_s:g} s budget ran out"
     out = [GradedRow(r.index, error=r.error) for r in rows]
     usable = [i for i, r in enumerate(rows) if not r.error]
     with_code = [i for i in usable if rows[i].student_code.strip()]
-    for i, result in zip(with_code, sandbox.run_batch([rows[i].student_code for i in with_code])):
-        _code_result(out[i], rows[i].student_code, result)
+    codes = [rows[i].student_code for i in with_code]
+    for i, result in zip(with_code, _run_within(sandbox, codes, deadline)):
+        if result is None:
+            out[i].error = over_budget
+        else:
+            _code_result(out[i], rows[i].student_code, result)
+    usable = [i for i in usable if not out[i].error]
+    grader_deadline = None if deadline is None else time.monotonic() + time_budget_s
     for done, i in enumerate(usable, 1):
+        if grader_deadline is not None and time.monotonic() >= grader_deadline:
+            out[i].error = over_budget
+            continue
         out[i].answer = _answer(rows[i], out[i])
         if rows[i].reference_answer.strip():
             out[i].reference_match = str(grade_answer(out[i].answer, rows[i].reference_answer))
         if progress:
             progress(done, len(usable))
+    usable = [i for i in usable if not out[i].error]
     with_tests = [i for i in usable if rows[i].tests.strip() and out[i].answer]
     codes = [f"ANSWER = {out[i].answer!r}\n{rows[i].tests}" for i in with_tests]
-    for i, result in zip(with_tests, sandbox.run_batch(codes)):
+    for i, result in zip(with_tests, _run_within(sandbox, codes, deadline)):
+        if result is None:
+            out[i].error = over_budget
+            continue
         out[i].tests = "passed" if result.ok else "failed"
         if not result.ok:
             out[i].failing_check = _failing_line(rows[i].tests, result.message, offset=1)
+    usable = [i for i in usable if not out[i].error]
     for i in usable:
         _verdict(out[i], rows[i])
     wrong = [i for i in usable if out[i].verdict == "incorrect"]
@@ -81,6 +108,19 @@ def grade_rows(rows: Sequence[HomeworkRow], sandbox: Any, hint_fn: HintFn | None
         for i, hint in zip(wrong, hint_fn([out[i] for i in wrong], [rows[i] for i in wrong])):
             out[i].hint = hint
     return out
+
+
+def _run_within(sandbox: Any, codes: list[str], deadline: float | None) -> list[Any]:
+    """Each snippet's result, or None for those not started by ``deadline`` (chunks of
+    SANDBOX_CHUNK, so one upload queues at most that many ahead of other requests)."""
+    if deadline is None:
+        return sandbox.run_batch(codes)
+    results: list[Any] = []
+    for start in range(0, len(codes), SANDBOX_CHUNK):
+        if time.monotonic() >= deadline:
+            return results + [None] * (len(codes) - len(results))
+        results += sandbox.run_batch(codes[start:start + SANDBOX_CHUNK])
+    return results
 
 
 def _code_result(out: GradedRow, code: str, result: Any) -> None:
@@ -149,16 +189,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentic_jax.apps.hints import hint_session
     from agentic_jax.apps.sandboxes import grading_sandbox
 
-    with grading_sandbox() as sandbox, hint_session(args.workdir, args.hint_tokens) as hints:
+    with contextlib.ExitStack() as stack:
+        sandbox = stack.enter_context(grading_sandbox())
+        try:
+            hints = stack.enter_context(hint_session(args.workdir, args.hint_tokens))
+        except (ValueError, FileNotFoundError) as err:  # no run, or no checkpoint in it
+            print(f"error: --workdir: {err}", file=sys.stderr)
+            return 2
         results = grade_rows(rows, sandbox, hints, progress=_progress)
-    write_results_csv([dataclasses.asdict(r) for r in results], args.out)
+    try:
+        write_results_csv([dataclasses.asdict(r) for r in results], args.out)
+    except OSError as err:
+        print(f"error: --out: {err}", file=sys.stderr)
+        return 2
     print(f"\n{summary(results)} -> {args.out}")
+    bad = [r for r in results if r.verdict == "error"]
+    if bad:
+        print(f"error: {len(bad)} row(s) could not be graded; first: row {bad[0].row}: "
+              f"{bad[0].error}", file=sys.stderr)
+        return 2
     return 0
 
 
 def _progress(done: int, total: int) -> None:
     if done == total or done % 100 == 0:
-        print(f"\rgraded {done}/{total}", end="", file=sys.stderr, flush=True)
+        print(f"\rgraded {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)
 
 
 if __name__ == "__main__":

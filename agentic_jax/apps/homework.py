@@ -11,13 +11,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import os
+import re
 from collections.abc import Iterable, Sequence
+
+from agentic_jax.utils.files import loads_bounded
 
 MAX_ROWS = 10_000
 MAX_FIELD_CHARS = 20_000
 MAX_FILE_BYTES = 32 << 20
+_FORMULA_STARTS = frozenset("=+-@\t\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z")
 # Accepted column names of each field (case-insensitive), first the canonical one.
 FIELDS = {
     "question": ("question", "problem"),
@@ -118,7 +122,7 @@ def _jsonl_records(text: str) -> Iterable[dict | str]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_bounded(line)
         except ValueError as err:
             yield f"not a JSON line ({err.__class__.__name__}: {err})"
             continue
@@ -155,8 +159,19 @@ def _row(index: int, record: dict | str) -> HomeworkRow:
     return HomeworkRow(index, **values, error="; ".join(problems))
 
 
+def spreadsheet_safe(value: object) -> object:
+    """A cell a spreadsheet will not run as a formula: text starting with = + - @, a tab or a
+    carriage return gets a leading ' (OWASP's rule), so a student's ``=HYPERLINK(...)``
+    answer stays text. Plain numbers such as -3 or +2.5 are kept as written: answers are
+    often negative numbers, and a spreadsheet reads those as numbers, never as formulas."""
+    if isinstance(value, str) and value[:1] in _FORMULA_STARTS and not _NUMBER.match(value):
+        return "'" + value
+    return value
+
+
 def write_results_csv(rows: Sequence[dict], out: io.TextIOBase | str) -> None:
-    """Writes graded rows (dicts with the same keys) as CSV to a path or a text stream."""
+    """Writes graded rows (dicts with the same keys) as CSV to a path or a text stream, each
+    cell `spreadsheet_safe`."""
     if isinstance(out, str):  # written beside, then renamed: never a half-written file
         partial = f"{out}.partial"
         with open(partial, "w", newline="", encoding="utf-8") as f:
@@ -167,4 +182,4 @@ def write_results_csv(rows: Sequence[dict], out: io.TextIOBase | str) -> None:
         return
     writer = csv.DictWriter(out, fieldnames=list(rows[0]))
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)

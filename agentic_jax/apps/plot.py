@@ -32,6 +32,9 @@ from agentic_jax.reward.values import Relation, Scalar
 
 MAX_CURVES = 6
 MAX_RANGE = 1e6
+# Exact numbers wider than this are beyond float64 (about 2^1024) and only cost time: SymPy's
+# printer evaluates terms to order them, and Python refuses to print ints over 4300 digits.
+MAX_NUMBER_BITS = 1100
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _INEQUALITIES = {"<": "<", ">": ">", "le": "<=", "ge": ">="}
 
@@ -82,14 +85,27 @@ def parse_curves(text: str) -> tuple[tuple[Curve, ...], tuple[str, str]]:
 def _parse(text: str) -> tuple[Any, str]:
     cleaned = normalize(text)
     value = interpret(cleaned) if cleaned else None
-    if isinstance(value, Scalar):
-        return value, text
-    if (isinstance(value, Relation) and len(value.ops) == 1
+    if isinstance(value, Scalar) or (
+            isinstance(value, Relation) and len(value.ops) == 1
             and all(isinstance(v, Scalar) for v in value.operands)
             and value.ops[0] in ("=", *_INEQUALITIES)):
+        _check_numbers(value, text)
         return value, text
     raise PlotError(f"plot: {text!r} is not an expression, equation or inequality the parser "
                     "reads")
+
+
+def _check_numbers(value: Any, text: str) -> None:
+    """Refuses what the grader left unevaluated (too large to compute) and exact numbers
+    wider than MAX_NUMBER_BITS, before anything substitutes into, prints or evaluates them."""
+    nodes = [value.node] if isinstance(value, Scalar) else [v.node for v in value.operands]
+    if any(n.deferred for n in nodes):
+        raise PlotError(f"plot: {text[:80]!r} has a number too large to evaluate")
+    for node in nodes:
+        for number in node.expr.atoms(sympy.Rational):
+            if max(int(number.p).bit_length(), int(number.q).bit_length()) > MAX_NUMBER_BITS:
+                raise PlotError(f"plot: {text[:80]!r} has a number beyond double precision "
+                                f"(more than {MAX_NUMBER_BITS} bits)")
 
 
 def _symbols(value: Any) -> set:
@@ -201,8 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlotError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    with open(args.out, "wb") as f:
-        f.write(result.png)
+    try:
+        with open(args.out, "wb") as f:
+            f.write(result.png)
+    except OSError as err:
+        print(f"error: --out: {err}", file=sys.stderr)
+        return 2
     print(f"{args.out}: {len(result.png)} bytes, {len(result.curves)} curve(s)")
     return 0
 

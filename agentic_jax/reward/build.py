@@ -18,7 +18,8 @@ from agentic_jax.reward.lexer import ParseError
 
 MAX_POW_BITS = 1 << 17  # largest exact power evaluated (~40k decimal digits)
 MAX_PRODUCT_BITS = 1 << 19  # largest exact product / sum of rationals evaluated
-MAX_FACTORIAL = 5000  # n! and binomial(n, k) are expanded only up to this n
+MAX_FACTORIAL = 5000  # n!, gamma(n) and binomial(n, k) are expanded only up to this |n|, |k|
+MAX_FACTORIAL_ARG_BITS = 64  # ... and for exact arguments of at most this many bits
 MAX_ROOT_BASE_BITS = 256  # rational powers like 8^(2/3) are simplified only for small bases
 MAX_ROOT_EXPONENT = 64
 MAX_SURD_POWER = 1000  # integer powers of irrational constants, e.g. sqrt(2)^k
@@ -129,19 +130,25 @@ def power(base: Node, exp: Node) -> Node:
     return _merge([base, exp], sympy.Pow(base.expr, exp.expr, evaluate=not defer), defer)
 
 
-def _is_big_integer(expr: sympy.Expr) -> bool:
-    return bool(expr.is_Integer) and abs(int(expr)) > MAX_FACTORIAL
+def _too_large_to_expand(expr: sympy.Expr) -> bool:
+    """Whether a factorial-like function of ``expr`` must stay unevaluated. SymPy expands
+    gamma(n/2) and binomial(x, k) for any rational n, x into products whose cost grows with the
+    square of the argument (gamma(160001/2): 2 s holding the GIL) or with k times its bits
+    (binomial(10^300/3, 4000): 16 s), so every exact rational is bounded, not only integers."""
+    return bool(expr.is_Rational) and (abs(expr) > MAX_FACTORIAL
+                                       or _bits(expr) > MAX_FACTORIAL_ARG_BITS)
 
 
 def factorial(arg: Node) -> Node:
-    """n!; expanded only for n <= MAX_FACTORIAL."""
-    defer = arg.deferred or _is_big_integer(arg.expr)
+    """n!; expanded only for |n| <= MAX_FACTORIAL."""
+    defer = arg.deferred or _too_large_to_expand(arg.expr)
     return _merge([arg], sympy.factorial(arg.expr, evaluate=not defer), defer)
 
 
 def binomial(n: Node, k: Node) -> Node:
     """Binomial coefficient; expanded only for small integer arguments."""
-    defer = n.deferred or k.deferred or _is_big_integer(n.expr) or _is_big_integer(k.expr)
+    defer = (n.deferred or k.deferred or _too_large_to_expand(n.expr)
+             or _too_large_to_expand(k.expr))
     return _merge([n, k], sympy.binomial(n.expr, k.expr, evaluate=not defer), defer)
 
 
@@ -200,5 +207,5 @@ def function(name: str, args: list[Node]) -> Node:
         arg = args[0]
         args = [Node(arg.expr * sympy.pi / 180, arg.inexact, arg.deferred)]
     # gamma(n) is (n-1)!: the same expansion limit applies.
-    defer = args[0].deferred or func is sympy.gamma and _is_big_integer(args[0].expr)
+    defer = args[0].deferred or func is sympy.gamma and _too_large_to_expand(args[0].expr)
     return _merge(args, func(args[0].expr, evaluate=not defer), defer)

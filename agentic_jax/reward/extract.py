@@ -1,6 +1,8 @@
 """Final-answer extraction from a model response: the last ``\\boxed{...}`` (or ``\\fbox``),
 else the last answer line: "The answer is ...", "Final answer: ...", "The answer is: ...",
-Minerva's "Final Answer: The final answer is $5$. I hope it is correct." or GSM8K's "#### 72".
+Minerva's "Final Answer: The final answer is $5$. I hope it is correct." or GSM8K's "#### 72",
+else a last line "A: 26" (GSM8K few-shot transcripts). Prose after "the answer is" with no
+number or math in it ("the answer is obtained in the same way") is not an answer.
 
 Every step is linear in the response length: the patterns below have no nested or adjacent
 unbounded quantifiers that could backtrack over a long run of spaces, and lines are scanned
@@ -33,6 +35,16 @@ _MAX_SPANS = 16
 # "$x = 7$ is the answer": the answer written before the phrase.
 _ANSWER_PHRASES = ("is the", "is our", "is the final", "is the correct", "is our final")
 _BEFORE_CHARS = 300
+# Prose after "the answer is" ("... is obtained in the same way"): a phrase with no digit or math
+# sign that opens with one of these words, or (not being a list) runs past four words.
+_PROSE_OPENERS = re.compile(
+    r"(?:obtained|given|found|computed|calculated|determined|derived|shown|written|as|that|this|"
+    r"then|below|above|following|similar|same|the same|clear|simple|easy|straightforward|in|to|"
+    r"by|from|when|if|because|since|still|now|also|left|unknown)\b", re.IGNORECASE)
+_MATH_SIGNS = re.compile(r"[\d$\\=^/+*<>()\[\]{}|_%°-]")
+_MAX_WORDS_WITHOUT_MATH = 4
+# GSM8K-style few-shot transcripts end with the label and the number alone: "A: 26".
+_LABELLED_LAST_LINE = re.compile(r"\s*A\s*:\s*(?P<answer>.{1,80}?)\s*")
 
 
 def braced_content(text: str, start: int) -> tuple[str, int] | None:
@@ -75,6 +87,29 @@ def clean_answer(answer: str) -> str | None:
             answer = answer[len(left) : len(answer) - len(right)].strip()
     answer = answer.rstrip(" .")
     return answer or None
+
+
+def _is_prose(answer: str) -> bool:
+    """Whether what follows "the answer is" is a sentence rather than a value: no digit or
+    math sign, and it opens like a clause or, unless it is a list, runs past
+    _MAX_WORDS_WITHOUT_MATH words ("all real numbers", "yes", "(C)", "x" stay answers)."""
+    if _MATH_SIGNS.search(answer):
+        return False
+    return (_PROSE_OPENERS.match(answer) is not None
+            or "," not in answer and len(answer.split()) > _MAX_WORDS_WITHOUT_MATH)
+
+
+def _labelled_last_line(text: str) -> str | None:
+    """The value of a final "A: 26" line: the last non-empty line, a number or math in at most
+    three words."""
+    last = text.rstrip().rsplit("\n", 1)[-1]
+    match = _LABELLED_LAST_LINE.fullmatch(last)
+    if match is None:
+        return None
+    answer = _answer_phrase(match.group("answer"))
+    if answer is None or not re.search(r"[\d\\$]", answer) or len(answer.split()) > 3:
+        return None  # a worked solution after "A:", not its value
+    return answer
 
 
 def _answer_phrase(tail: str) -> str | None:
@@ -135,7 +170,9 @@ def _line_answer(line: str, lowered: str) -> str | None:
             return None
         found = _AFTER_ANSWER.match(line, pos + len("answer"))
         answer = _answer_phrase(found.group("answer")) if found else _answer_before(line, pos)
-        if answer is not None:
+        # "Final answer: ..." states its answer whatever it says; "the answer is ..." may not.
+        stated_by_is = found is not None and "is" in lowered[found.start():found.start("answer")]
+        if answer is not None and not (stated_by_is and _is_prose(answer)):
             return answer
         end = pos
     return None
@@ -144,7 +181,8 @@ def _line_answer(line: str, lowered: str) -> str | None:
 def extract_answer(response_text: str) -> str | None:
     """The final answer of ``response_text``: the last ``\\boxed{...}`` (nested braces,
     ``\\boxed 5``, ``\\fbox``), else the last answer line ("The answer is X", "Final answer:
-    X", "The answer is: X", "#### X"), trailing prose removed; None when there is none."""
+    X", "The answer is: X", "#### X"), trailing prose removed, else a last line "A: X";
+    None when there is none."""
     matches = list(_BOXED.finditer(response_text))
     for match in reversed(matches[-_MAX_BOXED_TRIES:]):
         content = boxed_argument(response_text, match.end())
@@ -169,4 +207,4 @@ def extract_answer(response_text: str) -> str | None:
             word = lowered.rfind("answer", 0, start)
         if hashes >= start:
             hashes = response_text.rfind(_HASHES, 0, start)
-    return None
+    return _labelled_last_line(response_text)

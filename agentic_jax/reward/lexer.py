@@ -78,10 +78,22 @@ _SIZING_COMMANDS = word_set(
 )
 
 
+def _continues_number(tokens: list[Token], text: str, number_end: int, pos: int,
+                      digits: str) -> bool:
+    """Whether the number at ``pos`` continues the number token just before it, only
+    whitespace between ("1 8", "1.5 2"; not "1e5 2", whose exponent is complete, nor the
+    "3" of "x^2 3", since a bare superscript or subscript takes a single token)."""
+    return (bool(tokens) and tokens[-1].kind == "num" and number_end >= 0
+            and text[number_end:pos].isspace() and "e" not in tokens[-1].text.lower()
+            and not (len(tokens) > 1 and tokens[-2] in (Token("op", "^"), Token("op", "_")))
+            and _NUMBER.fullmatch(tokens[-1].text + digits) is not None)
+
+
 def tokenize(text: str) -> list[Token]:
     """Splits ``text`` into tokens, ending with an ``end`` token; raises ParseError on junk."""
     tokens: list[Token] = []
     pos, n = 0, len(text)
+    number_end = -1  # where the last number token ended
     while pos < n:
         ch = text[pos]
         if ch.isspace():
@@ -95,10 +107,13 @@ def tokenize(text: str) -> list[Token]:
         match = _NUMBER.match(text, pos)
         if match:
             digits = match.group()
+            if _continues_number(tokens, text, number_end, pos, digits):
+                # Math mode ignores spaces: \mathbf{1 8} is typeset, and meant, as 18.
+                digits = tokens.pop().text + digits
             if len(digits) > MAX_NUMBER_DIGITS:
                 raise ParseError(f"number literal longer than {MAX_NUMBER_DIGITS} digits")
             tokens.append(Token("num", digits))
-            pos = match.end()
+            pos = number_end = match.end()
             continue
         match = _LETTERS.match(text, pos)
         if match:

@@ -1,11 +1,14 @@
 r"""Serves a policy with its tool loop: an OpenAI-compatible API and the tools' web page.
 
     python -m agentic_jax.serve --workdir=RUN [--port=8000] [--host=127.0.0.1] [--constrain_code]
+        [--allowed_hosts=name,...]
     python -m agentic_jax.serve --config=configs/math_ppo.py --config.model.path=HF_DIR
 
 Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``,
 ``POST /v1/chat/completions`` and the tools' ``/api/*``. Bound to loopback unless ``--host``
-says otherwise: the sandbox runs code that clients' prompts lead the policy to write.
+says otherwise: the sandbox runs code that clients' prompts lead the policy to write. Only the
+bound address, the loopback names and ``--allowed_hosts`` are answered as ``Host``, and POSTs
+from other web sites are refused (`agentic_jax.serve.boundary`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "A run directory whose newest ch
                                "is served.")
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to bind.")
+_ALLOWED_HOSTS = flags.DEFINE_list(
+    "allowed_hosts", [], "Host names answered besides the bound address and the loopback "
+    "names (e.g. the machine's name when --host=0.0.0.0); other Host headers get 421.")
 _MAX_BATCH = flags.DEFINE_integer("max_batch_rows", 32, "Episodes per engine batch.")
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 64, "Queued requests before 429.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 4096, "Largest max_tokens a request may ask.")
@@ -53,6 +59,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from agentic_jax.serve.app import Service, create_app
+    from agentic_jax.serve.boundary import allowed_hosts
     from agentic_jax.serve.loading import load_policy
     from agentic_jax.serve.schema import ServeLimits
 
@@ -79,8 +86,8 @@ def main(argv: list[str]) -> int:
     try:
         print(f"serving {loaded.name} on http://{_HOST.value}:{_PORT.value}/ (pid {os.getpid()})",
               flush=True)
-        uvicorn.run(create_app(service), host=_HOST.value, port=_PORT.value,
-                    log_level="warning")
+        server_app = create_app(service, hosts=allowed_hosts(_HOST.value, _ALLOWED_HOSTS.value))
+        uvicorn.run(server_app, host=_HOST.value, port=_PORT.value, log_level="warning")
     finally:
         service.close()
     return 0

@@ -5,7 +5,11 @@
     ...
     service.close()               # the worker thread, then the sandboxes
 
-Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``.
+Bound to all addresses and reached by name: ``create_app(service,
+hosts=allowed_hosts("0.0.0.0", ["gpu-box.lan"]))``. Requests from other web sites (a foreign
+Host or Origin, a POST not labelled JSON) are refused before any route runs
+(`agentic_jax.serve.boundary`). Every error is OpenAI's body
+``{"error": {"message", "type", "param", "code"}}``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fastapi.responses import HTMLResponse
 from starlette.exceptions import HTTPException
 
 from agentic_jax.serve import completions, tools_api
+from agentic_jax.serve.boundary import BrowserBoundary, allowed_hosts
 from agentic_jax.serve.schema import RequestError, ServeLimits, error_response
 from agentic_jax.serve.worker import BatchWorker
 
@@ -53,8 +58,11 @@ class Service:
         self.tools.close()
 
 
-def create_app(service: Service) -> FastAPI:
+def create_app(service: Service, hosts: frozenset[str] | None = None) -> FastAPI:
+    """The app; ``hosts``: the Host names it answers (default: the loopback names)."""
     app = FastAPI(title="agentic_jax", docs_url=None, redoc_url=None)
+    app.add_middleware(BrowserBoundary, hosts=allowed_hosts("127.0.0.1") if hosts is None
+                       else hosts)
     app.state.service = service
 
     @app.exception_handler(RequestError)

@@ -17,15 +17,19 @@ from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import chat
 from agentic_jax.serve.schema import ChatRequest, RequestError, check_limits, validation_message
 from agentic_jax.serve.worker import Job, QueueFull
+from agentic_jax.utils.files import JSONDepthError, loads_bounded
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request body as JSON (413 when over ``max_bytes``, 400 when not JSON)."""
+    """The request body as JSON (413 when over ``max_bytes``, 400 when not JSON or nested
+    deeper than `MAX_JSON_DEPTH`)."""
     body = await request.body()
     if len(body) > max_bytes:
         raise RequestError(413, f"request body: {len(body)} bytes; at most {max_bytes}")
     try:
-        return json.loads(body)
+        return loads_bounded(body)
+    except JSONDepthError as err:
+        raise RequestError(400, f"request body: {err}") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise RequestError(400, f"request body: not valid JSON ({err})") from None
 

@@ -28,6 +28,11 @@ from agentic_jax.serve.schema import RequestError, validation_message
 
 MAX_LEARNERS = 1000
 MAX_UPLOAD_BYTES = 8 << 20
+# Wall time one graded upload may spend in the sandbox, and again in the grader: the sandbox is
+# shared by every client, and a 10,000-row upload of looping code would otherwise hold it for
+# hours (2 s per snippet).
+GRADE_BUDGET_S = 60.0
+DERIVATION_BUDGET_S = 10.0  # one derivation check (up to 200 steps)
 
 
 class _Body(pydantic.BaseModel):
@@ -68,6 +73,7 @@ class ToolResources:
         self._lock = threading.Lock()
         self._sandboxes: dict[str, Any] = {}
         self._pool = None
+        self._hint_slots = None
         self.learners: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     def sandbox(self, kind: str) -> Any:
@@ -78,6 +84,15 @@ class ToolResources:
                 self._sandboxes[kind] = (plot_sandbox() if kind == "plot"
                                          else grading_sandbox(num_workers=1))
             return self._sandboxes[kind]
+
+    def hint_slots(self) -> Any:
+        """The hint jobs all uploads together may keep in the worker's queue (a quarter)."""
+        from agentic_jax.apps.hints import hint_slots
+
+        with self._lock:
+            if self._hint_slots is None:
+                self._hint_slots = hint_slots(self.worker)
+            return self._hint_slots
 
     def learner(self, name: str) -> Any:
         """The learner called ``name`` (new ones start at the first stage; the least recently
@@ -126,7 +141,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
 
         body = await _body(request, DerivationBody, service.limits.max_body_bytes)
         try:
-            result = await run_in_threadpool(check_derivation, body.text)
+            result = await run_in_threadpool(check_derivation, body.text, DERIVATION_BUDGET_S)
         except ValueError as err:
             raise RequestError(400, str(err), "text") from None
         return {"ok": result.ok, "first_invalid": result.first_invalid,
@@ -175,8 +190,10 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
         rows = parse_homework(body.text, body.format)
     except ValueError as err:
         raise RequestError(400, f"text: {err}", "text") from None
-    hints = policy_hint_fn(service.worker) if body.hints else None
-    graded = grade_rows(rows, service.tools.sandbox("grade"), hints)
+    hints = (policy_hint_fn(service.worker, slots=service.tools.hint_slots()) if body.hints
+             else None)
+    graded = grade_rows(rows, service.tools.sandbox("grade"), hints,
+                        time_budget_s=GRADE_BUDGET_S)
     results = [dataclasses.asdict(r) for r in graded]
     out = io.StringIO()
     write_results_csv(results, out)

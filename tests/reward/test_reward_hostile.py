@@ -110,6 +110,24 @@ def test_huge_power_is_kept_unevaluated():
     assert not grade_answer(r"9^{9^{9^9}}", r"9^{9^{9^9}} + 1")
 
 
+@pytest.mark.parametrize("text", ["gamma(240001/2)", "gamma(-240001/2)", "gamma(10^5 + 1/2)",
+                                  r"\binom{10^{100}/3}{3000}", r"\binom{2^{-200}}{4000}"])
+def test_factorial_like_functions_of_large_rationals_are_deferred(text):
+    """gamma of a half-integer and binomial(x, k) of a rational x expand into products whose
+    cost grows with the square of the argument (gamma(240001/2) took 4.6 s in one C call, a
+    10^6 argument minutes); they stay unevaluated like large integer factorials."""
+    start = time.thread_time()
+    value = parse_answer(text)
+    assert isinstance(value, Scalar) and value.node.deferred
+    assert not grade_answer(text, "1") and grade_answer(text, text)
+    assert time.thread_time() - start < TIME_LIMIT_S
+
+
+def test_small_factorial_like_values_still_evaluate():
+    assert grade_answer("gamma(7/2)", r"\frac{15\sqrt{\pi}}{8}")
+    assert grade_answer(r"\binom{5/2}{2}", "15/8") and grade_answer("gamma(5)", "24")
+
+
 def test_identical_overlong_answers_match_verbatim():
     long_answer = "1" * 100_000
     assert grade_answer(long_answer, long_answer)

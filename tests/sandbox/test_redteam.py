@@ -15,6 +15,7 @@ import pytest
 
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 from agentic_jax.sandbox.child import CHILD_ENV
+from agentic_jax.sandbox.isolation import ETC_FILES, import_paths
 from tests.sandbox.conftest import probe
 
 TIMEOUT_MS = 2000  # generous: lazy imports are slow on a loaded machine
@@ -251,6 +252,27 @@ def test_reading_host_files_fails(wide, host_files):
                  "/etc/shadow", "/work/shared/DESIGN.md"):
         result, _ = attack(wide, f"import pathlib\nprint(pathlib.Path('{path}').read_text())")
         assert not result.ok and SECRET not in result.stdout and "root:" not in result.stdout
+
+
+def test_the_view_holds_no_host_configuration_or_checkout_metadata(wide):
+    """Host files a snippet could read without any escape: accounts, names, network, hardware
+    and the checkout's version-control metadata (.git of each import path)."""
+    if not wide.layers["private_filesystem"]:
+        pytest.skip("no mount namespace on this machine: the view is the host's")
+    checkouts = [p for p in import_paths() if os.path.exists(os.path.join(p, ".git"))]
+    paths = ["/etc/passwd", "/etc/group", "/etc/resolv.conf", "/etc/hostname", "/etc/hosts",
+             "/etc/machine-id", "/proc/cpuinfo", "/proc/meminfo", "/proc/version",
+             "/proc/cmdline", "/sys/class/net", "/sys/devices"]
+    paths += [os.path.join(p, ".git", name) for p in checkouts for name in ("", "config")]
+    code = ("import os\nfor p in %r:\n    try:\n"
+            "        n = len(os.listdir(p) if os.path.isdir(p)\n"
+            "                else os.read(os.open(p, os.O_RDONLY), 1 << 16))\n"
+            "    except OSError:\n        n = 0\n    if n:\n        print(p, n)\n"
+            "print(sorted(os.listdir('/etc')))\n" % paths)
+    result, _ = attack(wide, code)
+    assert result.ok, result
+    *leaks, etc = result.stdout.splitlines()
+    assert leaks == [] and set(eval(etc)) <= set(ETC_FILES)
 
 
 def test_runs_unprivileged_and_cannot_regain_root(wide):

@@ -112,12 +112,16 @@ def test_bad_requests_get_openai_errors(server, body, status, param):
 
 def test_malformed_and_oversized_bodies(server):
     url, service = server
-    r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", timeout=30)
+    json_type = {"Content-Type": "application/json"}
+    r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", headers=json_type,
+                   timeout=30)
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"{url}/v1/chat/completions", content=b"[1, 2]", timeout=30)
+    r = httpx.post(f"{url}/v1/chat/completions", content=b"[1, 2]", headers=json_type,
+                   timeout=30)
     assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
     big = b" " * (service.limits.max_body_bytes + 1)
-    assert httpx.post(f"{url}/v1/chat/completions", content=big, timeout=30).status_code == 413
+    assert httpx.post(f"{url}/v1/chat/completions", content=big, headers=json_type,
+                      timeout=30).status_code == 413
     assert httpx.get(f"{url}/v2/nothing").json()["error"]["type"] == "not_found_error"
 
 

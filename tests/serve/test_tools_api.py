@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import time
 
 import httpx
 import pytest
@@ -55,6 +56,10 @@ def test_derivation_route(url):
     assert not data["ok"] and data["first_invalid"] == 2
     assert [s["status"] for s in data["steps"]] == ["start", "valid", "invalid"]
     assert _post(url, "/api/derivation", {"text": " "}).status_code == 400
+    start = time.monotonic()  # once minutes of one C call holding the GIL: /health froze too
+    frozen = _post(url, "/api/derivation", {"text": "x = 10^{10^7}\nx = 1"})
+    assert frozen.status_code == 200 and time.monotonic() - start < 5
+    assert frozen.json()["first_invalid"] == 1
 
 
 def test_plot_route_returns_a_png(url):
@@ -64,6 +69,8 @@ def test_plot_route_returns_a_png(url):
     bad = _post(url, "/api/plot", {"text": "import os"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "text"
     assert _post(url, "/api/plot", {"text": "x", "xmin": "a"}).status_code == 400
+    huge = _post(url, "/api/plot", {"text": "10^4400 x"})  # once a 500 (printer ValueError)
+    assert huge.status_code == 400 and "double precision" in huge.json()["error"]["message"]
 
 
 def test_practice_routes_adapt_per_learner(url):
