@@ -441,12 +441,7 @@ class Engine:
             ids = seq.request.stop_tokens + seq.request.pause_tokens
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
-        # The round trip ends as soon as a finished slot could be refilled, or, with nothing
-        # waiting, once half of the batch's rows are done: the rest then run in the next
-        # smaller batch instead of carrying finished rows to the end of the round trip.
-        return_after = (1 if self.waiting else
-                        max(1, len(running) - n // 2) if n // 2 >= min(_MIN_ROWS, cfg.num_slots)
-                        else n + 1)
+        return_after = 1 if self.waiting else n + 1
         allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
         temperature, top_p, use_filter = self._row_sampling(running, n)
         out = pm.decode_jit(
