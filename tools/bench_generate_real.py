@@ -9,6 +9,8 @@ rounds so machine load falls on all alike:
   chat      32 prompts, up to 128 new tokens, as many engine slots as prompts
   longtail  96 prompts, up to 256 new tokens, 32 engine slots: more requests than slots, so
             finished slots are refilled (HF generate pads all 96 to the longest)
+  profile   one engine decode step of 32 rows against a plain jitted forward of 32 tokens
+            without a cache and against the FLOP floor at the measured matmul rate
 
 tok/s counts the tokens each produced (up to and including the end-of-turn token). A float32
 matmul's rate is printed beside them: absolute times only mean something with it.
@@ -17,6 +19,7 @@ matmul's rate is printed beside them: absolute times only mean something with it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import time
 
@@ -55,6 +58,46 @@ def matmul_gflops(size: int = 2048) -> float:
     return 2 * size**3 / best / 1e9
 
 
+def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: float,
+                   steps: int = 32) -> None:
+    """One engine decode step of 32 live rows against a plain jitted forward of the same 32
+    tokens without a cache (the matmuls alone) and against the analytic FLOP floor."""
+    from flax import nnx
+
+    from agentic_jax.rollout.engine import Engine, Request
+
+    cfg = EngineConfig(num_slots=32, page_size=16, decode_steps=steps,
+                       max_seq_len=max(map(len, prompts)) + 4 * steps)
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
+    for _ in range(2):  # the first engine compiles; equal engines share its programs
+        engine = Engine(ours, cfg)
+        for i, p in enumerate(prompts[:32]):
+            engine.submit(Request(i, tuple(p), 4 * steps, keys[i], stop_tokens=()))
+        engine.run()  # every row runs to its budget (no stop ids): 4 full round trips
+    per_step = engine.stats.decode_s / max(1, engine.stats.row_steps / 32)
+    graphdef, state = nnx.split(ours)
+    forward = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))
+    tokens = jnp.asarray([[p[-1]] for p in prompts[:32]], jnp.int32)
+    forward(state, tokens).block_until_ready()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        forward(state, tokens).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    m = ours.cfg
+    head = m.hidden_size * m.vocab_size
+    # Matmul parameters: all but an untied embedding table (a lookup); a tied one is the head.
+    matmul = m.num_params() - (0 if m.tie_word_embeddings else head)
+    flops, head_share = 2 * 32 * matmul, head / matmul
+    print(f"decode profile, 32 rows, contexts {min(map(len, prompts))}..."
+          f"{max(map(len, prompts)) + 4 * steps}: engine step {per_step * 1e3:.0f} ms "
+          f"(decode round trips of {steps} steps, host work included); plain jitted forward "
+          f"of the 32 tokens without a cache {best * 1e3:.0f} ms; FLOP floor "
+          f"{flops / gflops / 1e6:.0f} ms at {gflops:.0f} GFLOP/s ({flops / 1e9:.1f} GFLOP a "
+          f"step, the LM head {head_share:.0%} of it); engine / plain = "
+          f"{per_step / best:.2f}", flush=True)
+
+
 def run(args: argparse.Namespace, median_seconds) -> None:
     import torch
     import transformers
@@ -74,6 +117,9 @@ def run(args: argparse.Namespace, median_seconds) -> None:
           f"{jax.devices()[0].platform}, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s")
     for name in args.real_workloads.split(","):
+        if name == "profile":
+            profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops)
+            continue
         w = WORKLOADS[name]
         prompts = chat_prompts(tokenizer, w["prompts"])
         cap = w["cap"]
