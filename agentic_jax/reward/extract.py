@@ -144,6 +144,10 @@ def _leading_spans(tail: str) -> list[str]:
     return spans
 
 
+_POINTING_WORDS = frozenset({"this", "that", "it", "which", "what", "here", "there", "these",
+                             "those", "mine", "so"})
+
+
 def _answer_before(line: str, pos: int) -> str | None:
     """The answer of "... $x = 7$ is the answer" whose "answer" starts at ``pos``."""
     before = line[max(0, pos - _BEFORE_CHARS) : pos].rstrip()
@@ -155,7 +159,10 @@ def _answer_before(line: str, pos: int) -> str | None:
         opening = before.rfind("$", 0, len(before) - 1)
         return clean_answer(before[opening:]) if opening >= 0 else None
     words = before.rsplit(None, 1)
-    return clean_answer(words[-1]) if words else None
+    # "This is the final answer." points at an answer elsewhere; it is not one.
+    if not words or words[-1].lower().strip(",.:;") in _POINTING_WORDS:
+        return None
+    return clean_answer(words[-1])
 
 
 def _line_answer(line: str, lowered: str) -> str | None:

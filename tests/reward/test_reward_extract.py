@@ -34,6 +34,7 @@ CASES = [
     ("Final answer: 15 (since 3 times 5 is 15)", "15"),
     ("Thus the answer is $x=2$ or $x=3$.", "x=2, x=3"),
     ("Therefore, $x = 7$ is the answer.", "x = 7"),
+    ("So 42 is the final answer.", "42"),
     ("The answer is 2.5 so the tank is half full.", "2.5"),
     ("The answer is **5**.", "5"),
     ("Q: Tom has 20 apples and buys 6. How many?\nA: 26", "26"),  # GSM8K few-shot transcripts
@@ -66,6 +67,9 @@ def test_extracts(text, expected):
         "Then the answer is obtained in the same way.",
         "So the answer is straightforward.",
         "Q: How many?\nA: Natalia sold 48 clips in April and half as many in May.",
+        # a small model's GSM8K output: the line points at an answer, it states none
+        "So, 25% is calculated as 0.25.\n\nThis is the final answer.",
+        "That is the answer.",
     ],
 )
 def test_none_when_absent(text):
