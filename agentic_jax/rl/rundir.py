@@ -55,6 +55,9 @@ def with_record(config: ml_collections.ConfigDict | None, workdir: str,
     base = ml_collections.ConfigDict(config.to_dict()) if config is not None else recorded
     if config is not None:
         _update(base, recorded, "")
+        if "auto_defaults" in base.model and "auto_defaults" not in recorded.model:
+            # A record from before pretrained defaults existed holds the values it ran with.
+            base.model.auto_defaults = False
     for path, value in overrides.items():
         set_value(base, path, value)
     return base

@@ -155,6 +155,12 @@ def test_a_run_directory_remembers_its_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(record))
     older = rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path), {})
     assert older.rl.reward_check == "grade" and older.rl.clip_low == 0.1
+    # ... except the pretrained defaults: such a record holds the values it ran with
+    assert older.model.auto_defaults is True  # recorded as it was
+    del record["config"]["model"]["auto_defaults"]
+    (tmp_path / "config.json").write_text(json.dumps(record))
+    assert rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path),
+                              {}).model.auto_defaults is False
 
 
 def test_no_record_and_no_config_is_an_error(tmp_path):
