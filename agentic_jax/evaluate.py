@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any, Mapping
 
+import ml_collections
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
@@ -69,6 +70,11 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
     else:  # a pretrained model before any training: its defaults, as a run would choose them
         from agentic_jax.rl.model_defaults import with_model_defaults
 
+        # The defaults size max_length to the longest prompt, the benchmarks' included.
+        config = ml_collections.ConfigDict(config.to_dict())
+        for key in ("benchmarks", "limit"):
+            if eval_settings.get(key) is not None:
+                config.eval[key] = eval_settings[key]
         config, chosen = with_model_defaults(config, overrides or {})
         for line in chosen:
             print(line, flush=True)

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, median_seconds) -> None:
             continue
         w = WORKLOADS[name]
         prompts = chat_prompts(tokenizer, w["prompts"])
-        cap = w["cap"]
+        cap = args.real_cap or w["cap"]
         cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps)
         fns = {
             "HF generate (static)": functools.partial(lt.hf_static, hf, prompts, stops, cap),

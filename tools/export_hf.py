@@ -49,10 +49,13 @@ def run_model(workdir: Path) -> RunModel:
     model.path or model.preset, dtypes, value head, LoRA; tiny presets take the tokenizer's
     vocabulary and the training length, as the run did)."""
     from agentic_jax.data.tokenizer import ASSET_DIR, load_tokenizer
+    from agentic_jax.models.builtin import checkpoint_dir
 
     record = read_json(workdir / "config.json")
     run = record.get("config", record)  # {"config": ..., "num_params": ...}, or the bare config
     m, t = run["model"], run.get("training", {})
+    # A .gguf file or a built-in checkpoint preset trained from its cached conversion.
+    m = {**m, "path": checkpoint_dir(m.get("preset", ""), m.get("path", ""))}
     tokenizer_dir = Path(run.get("tokenizer", {}).get("path") or m.get("path") or ASSET_DIR)
     fields = dict(dtype=m["dtype"], param_dtype=m["param_dtype"],
                   value_head=bool(m.get("value_head", False)))

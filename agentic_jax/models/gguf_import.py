@@ -138,13 +138,17 @@ def hf_config_from_gguf(meta: dict[str, Any], reader: Any, source: str) -> dict[
             raise ValueError(f"{source}: missing GGUF metadata {arch}.{key}")
         return meta[f"{arch}.{key}"]
 
+    names = {t.name for t in reader.tensors}
     scaling = meta.get(f"{arch}.rope.scaling.type", "none")
-    if scaling not in ("none", None) or any(t.name == "rope_freqs.weight" for t in reader.tensors):
-        raise ValueError(f"{source}: RoPE scaling ({scaling}) in GGUF files is not supported; "
+    if scaling not in ("none", None) or "rope_freqs.weight" in names:
+        what = "rope_freqs.weight (Llama 3 frequencies)" if scaling in ("none", None) \
+            else f"rope.scaling.type={scaling}"
+        raise ValueError(f"{source}: RoPE scaling ({what}) in GGUF files is not supported; "
                          "convert the original Hugging Face checkpoint instead")
     hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
-    names = {t.name for t in reader.tensors}
-    embed = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embed is None:
+        raise ValueError(f"{source}: no token_embd.weight tensor")
     vocab = int(meta.get(f"{arch}.vocab_size", int(embed.shape[-1])))
     head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
     config = {
@@ -165,7 +169,7 @@ def hf_config_from_gguf(meta: dict[str, Any], reader: Any, source: str) -> dict[
         "torch_dtype": "float32",
     }
     if arch == "llama":
-        config.update(attention_bias=False, mlp_bias=False)
+        config.update(attention_bias="blk.0.attn_q.bias" in names, mlp_bias=False)
     for key in ("bos", "eos", "padding"):
         value = meta.get(f"tokenizer.ggml.{key}_token_id")
         if value is not None:

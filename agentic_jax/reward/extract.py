@@ -160,9 +160,15 @@ def _answer_before(line: str, pos: int) -> str | None:
         return clean_answer(before[opening:]) if opening >= 0 else None
     words = before.rsplit(None, 1)
     # "This is the final answer." points at an answer elsewhere; it is not one.
-    if not words or words[-1].lower().strip(",.:;") in _POINTING_WORDS:
+    if not words:
         return None
-    return clean_answer(words[-1])
+    word = words[-1].strip("*_\"'()[],.:;")
+    if word.lower() in _POINTING_WORDS or not word:
+        return None
+    if word.isalpha() and len(word) > 1 and len(before.split()) > 1 and \
+            before.split()[-2].strip("*_\"'(").lower() in _POINTING_WORDS:
+        return None  # "This number is the final answer."
+    return clean_answer(words[-1].strip("*_\"'()[]"))
 
 
 def _line_answer(line: str, lowered: str) -> str | None:

@@ -68,7 +68,12 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
              f"{needed_mb:,.0f} MB (peak RSS is in every step's metrics as peak_rss_mb)")
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
-            rundir.record_config(workdir, config, num_params)
+            # The values recorded are the ones this run trains with: a rerun must not apply
+            # pretrained defaults to them (`agentic_jax.rl.model_defaults`).
+            record = ml_collections.ConfigDict(config.to_dict())
+            if "auto_defaults" in record.model:
+                record.model.auto_defaults = False
+            rundir.record_config(workdir, record, num_params)
         c = cfg.checkpoint
         checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                                     every_steps=c.every_steps, keep=c.keep,
@@ -76,8 +81,11 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         state, info = _resume_or_start(run, state, checkpointer, workdir, progress)
         state = _train_loop(run, state, checkpointer, workdir, num_params, progress)
         summary = _finish(run, workdir, info, num_params, state.step_int, began)
-        _say(f"peak RSS {summary['peak_rss_mb']:,.0f} MB = "
-             f"{summary['peak_rss_mb'] / needed_mb:.2f} x weights + gradients + AdamW moments")
+        if jax.default_backend() == "cpu" and jax.process_count() == 1:
+            # Host memory holds the weights only on a one-process CPU run.
+            peak = summary["peak_rss_mb"]
+            _say(f"peak RSS {peak:,.0f} MB = {peak / needed_mb:.2f} x weights + gradients + "
+                 "AdamW moments")
         return summary
     finally:
         if checkpointer is not None:
@@ -176,7 +184,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 state, metrics, skipped = rl_step(run, state, step, skipped, workdir, rollouts)
                 metrics["num_params"] = num_params
                 metrics["peak_rss_mb"] = peak_rss_mb()
-                flat = flat + 1 if metrics.get("reward_std", 1.0) == 0.0 else 0
+                flat = flat + 1 if _all_equal(metrics) else 0
                 metrics["uniform_reward_steps"] = flat
                 if flat == UNIFORM_REWARD_STEPS:
                     _say(_uniform_reward_warning(flat, metrics), bar if progress else None)
@@ -277,8 +285,18 @@ def _uniform_reward_steps(workdir: str, step: int) -> int:
     if not step:
         return 0
     records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    logged = [r for r in records if r.get("step") == step]
-    return int(logged[-1].get("uniform_reward_steps", 0)) if logged else 0
+    logged = [r for r in records if r.get("step", step + 1) <= step]
+    if not logged:
+        return 0
+    # Steps not logged between the last record and ``step`` are not known to be flat.
+    last = logged[-1]
+    return int(last.get("uniform_reward_steps", 0)) if last["step"] == step else 0
+
+
+def _all_equal(m: dict[str, Any]) -> bool:
+    """Every episode of the step got the same reward (float32 std of equal non-dyadic rewards,
+    e.g. a format penalty of -0.1, is ~1e-8, not 0)."""
+    return m.get("reward_std", 1.0) <= 1e-6 * max(1.0, abs(m.get("reward", 0.0)))
 
 
 def _uniform_reward_warning(steps: int, m: dict[str, Any]) -> str:

@@ -4,14 +4,11 @@ Hugging Face directory with ``--config.model.path``, or the preset's initialisat
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import ml_collections
-
-logger = logging.getLogger(__name__)
 
 
 class LoadedPolicy(NamedTuple):
@@ -34,17 +31,17 @@ def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
     if not workdir:
         if config is None:
             raise ValueError("--workdir or --config: expected a run directory or a config")
-        from agentic_jax.models.builtin import BUILTIN_CHECKPOINTS
         from agentic_jax.rl.model_defaults import with_model_defaults
 
         config, chosen = with_model_defaults(config, overrides or {})
         for line in chosen:
-            logger.info("%s", line)
+            print(line, flush=True)
         cfg = _inference_config(read_config(config))
         policy, _ = build_policy(cfg)
-        named = cfg.model.path and config.model.preset not in BUILTIN_CHECKPOINTS
-        return LoadedPolicy(policy, None, os.path.basename(cfg.model.path.rstrip("/"))
-                            if named else cfg.model.preset)
+        # The name the user gave: the path's (a directory or .gguf file), else the preset.
+        path = str(config.model.path).rstrip("/")
+        name = os.path.basename(path).removesuffix(".gguf") if path else cfg.model.preset
+        return LoadedPolicy(policy, None, name)
     if not os.path.isdir(os.path.join(workdir, "checkpoints")):
         raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to serve")
     config = rundir.with_record(config, workdir, overrides or {})

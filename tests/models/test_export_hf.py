@@ -146,3 +146,18 @@ def test_bad_directories_get_one_line(tmp_path, capsys):
     assert export_hf.main(["--workdir", str(tmp_path / "run"), "--step", "7",
                            "--out", str(tmp_path / "o")]) == 2
     assert "--step=7: no such checkpoint" in capsys.readouterr().err
+
+
+def test_a_run_on_a_gguf_file_exports_from_its_converted_directory(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    from gguf_testing import write_tiny_gguf
+
+    monkeypatch.setenv("AGENTIC_JAX_CACHE", str(tmp_path / "cache"))
+    gguf_file = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf_file)
+    run = tmp_path / "run"
+    run.mkdir()
+    record_config(str(run), _smoke_config(path=str(gguf_file)), num_params=1)
+    info = export_hf.run_model(run)
+    assert info.source_dir.parent == tmp_path / "cache" / "gguf"
+    assert info.tokenizer_dir == info.source_dir and info.cfg.family == "llama"

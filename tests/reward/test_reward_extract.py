@@ -70,6 +70,9 @@ def test_extracts(text, expected):
         # a small model's GSM8K output: the line points at an answer, it states none
         "So, 25% is calculated as 0.25.\n\nThis is the final answer.",
         "That is the answer.",
+        "**This** is the final answer.",
+        "(This is the final answer.)",
+        "This number is the final answer.",
     ],
 )
 def test_none_when_absent(text):

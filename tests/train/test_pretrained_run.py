@@ -92,6 +92,9 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     assert all(r["peak_rss_mb"] > 0 for r in records)
     assert "update memory: weights + gradients + AdamW moments" in said
     assert " x weights + gradients + AdamW moments" in said
+    # what a run records is what it trained with: no pretrained defaults on a rerun
+    assert json.loads(open(os.path.join(workdir, "config.json")).read())["config"]["model"][
+        "auto_defaults"] is False
     with open(os.path.join(workdir, "transcripts.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     sources = [(r["source"], r["step"]) for r in lines]
@@ -179,3 +182,12 @@ def test_the_tiny_model_and_pretrained_variants_keep_their_values(hf_dir):
     hf = math_ppo.get_config("hf")
     hf.model.path = hf_dir
     assert with_model_defaults(hf, {}) == (hf, [])
+
+
+def test_equal_rewards_count_as_flat_whatever_float_rounding_leaves():
+    from agentic_jax.rl.run import _all_equal
+
+    rewards = np.full(64, -0.1, np.float32)  # a format penalty on every episode
+    assert float(rewards.std()) > 0.0
+    assert _all_equal({"reward_std": float(rewards.std()), "reward": float(rewards.mean())})
+    assert not _all_equal({"reward_std": 0.05, "reward": 0.1})
