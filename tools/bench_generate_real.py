@@ -47,15 +47,10 @@ def chat_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
 
 
 def matmul_gflops(size: int = 2048) -> float:
-    a = jnp.ones((size, size), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        f(a).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    """The float32 matmul rate (bench_train_step's median of 5), the machine's practical peak."""
+    from bench_train_step import time_matmul
+
+    return 2 * size**3 / time_matmul(size, jnp.float32).wall / 1e9
 
 
 def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: float,

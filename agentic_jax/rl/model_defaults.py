@@ -36,8 +36,7 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
     from agentic_jax.rl.builders import run_tokenizer
     from agentic_jax.rl.problems import encode_prompt, load_problems
 
-    config = ml_collections.ConfigDict(config.to_dict())
-    before = ml_collections.ConfigDict(config.to_dict())
+    before, config = config, ml_collections.ConfigDict(config.to_dict())  # the given one stays
     tokenizer = run_tokenizer(cfg)
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if "data.template" not in overrides:  # the prompts' length depends on the template
