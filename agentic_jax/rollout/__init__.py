@@ -1,24 +1,32 @@
-"""Rollouts: the jit-compiled KV-cache sampler, the multi-turn tool loop and the episode record."""
+"""Rollouts: the engine, the open rollout loop over it and its tools, the batch client used by
+training and evaluation, and the episode record."""
 
-from agentic_jax.rollout.agent import AgentConfig, AgentLoop, Phase, RolloutResult, RowSpec
+from agentic_jax.rollout.agent import AgentConfig, AgentLoop, RolloutResult, RowSpec
 from agentic_jax.rollout.controller import ToolController, ToolDecision
 from agentic_jax.rollout.episode import Episode, RolloutBatch
+from agentic_jax.rollout.environment import Calculator, Feedback, PythonTool, Tool
 from agentic_jax.rollout.generate import generate
 from agentic_jax.rollout.sampler import DecodeOut, DecodeState, Sampler, SamplingParams
+from agentic_jax.rollout.service import Phase, RolloutService
 
 __all__ = [
     "AgentConfig",
     "AgentLoop",
+    "Calculator",
     "DecodeOut",
     "DecodeState",
     "Episode",
+    "Feedback",
     "Phase",
+    "PythonTool",
     "RolloutBatch",
     "RolloutResult",
+    "RolloutService",
     "RowSpec",
     "Sampler",
     "SamplingParams",
     "ToolController",
+    "Tool",
     "ToolDecision",
     "generate",
 ]

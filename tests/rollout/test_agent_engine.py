@@ -12,22 +12,22 @@ from agentic_jax.data.tokenizer import builtin_tokenizer
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rl.step import compute_logprobs
 from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
-from agentic_jax.rollout.agent import _TurnEvent
+from agentic_jax.rollout.environment import Call, PythonTool, ToolSet
 from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 
 MAX_LENGTH = 72
 
 
-class EveryTurnCalls(AgentLoop):
+class EveryTurnCalls(ToolSet):
     """A policy stand-in: a random model never writes code, so every turn that reaches a few
     tokens counts as closing a block that prints a number depending on the turn's first token
     (the sandbox really runs it); the budget message answers the calls past the budget."""
 
-    def _turn_event(self, turn):
+    def first_event(self, turn, decode):
         if len(turn) < 5:
             return None
-        return _TurnEvent(cut=4 + turn[0] % 3, code=f"print({turn[0]} * 7)")
+        return Call(cut=4 + turn[0] % 3, tool=self.tools[0], payload=f"print({turn[0]} * 7)")
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,9 @@ def _rollout(model, tok, sandbox, **engine_args):
     controller = ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed")
     cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
                       sampling=SamplingParams(temperature=1.0))
-    result = EveryTurnCalls(engine, tok, sandbox, controller, cfg).run(
-        _specs(tok), jax.random.key(3))
+    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
+    agent.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    result = agent.run(_specs(tok), jax.random.key(3))
     return result, engine
 
 
@@ -130,16 +131,19 @@ def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
 
 def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
     class Broken(EveryTurnCalls):
-        def _on_event(self, row, event):
-            raise RuntimeError("grader exploded")
+        def first_event(self, turn, decode):
+            if len(turn) >= 5:
+                raise RuntimeError("grader exploded")
+            return None
 
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=2, page_size=8))
-    loop = Broken(engine, tok, sandbox, ToolController(mode="fixed"),
-                  AgentConfig(max_length=MAX_LENGTH))
+    loop = AgentLoop(engine, tok, sandbox, ToolController(mode="fixed"),
+                     AgentConfig(max_length=MAX_LENGTH))
+    loop.service.toolset = Broken([PythonTool(sandbox)])
     with pytest.raises(RuntimeError, match="grader exploded"):
         loop.run(_specs(tok), jax.random.key(0))
     assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
     # The engine is usable again.
-    result = EveryTurnCalls(engine, tok, sandbox, ToolController(mode="fixed"), loop.cfg).run(
-        _specs(tok)[:2], jax.random.key(0))
+    loop.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    result = loop.run(_specs(tok)[:2], jax.random.key(0))
     assert len(result.episodes) == 2
