@@ -1,13 +1,15 @@
-"""Host records of the engine: one per live sequence, one per shared prompt prefix."""
+"""Host records of the engine: one per live sequence, one per shared prompt prefix, and what
+the scheduler and the model runner hand each other (a prefill chunk, a decode round trip's
+output). Plain Python and numpy: no JAX."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from agentic_jax.rollout.engine.types import Request
+from agentic_jax.rollout.engine.types import Event, Request
 
 WAITING, PREFILL, RUNNING, PAUSED = "waiting", "prefill", "running", "paused"
 
@@ -71,3 +73,83 @@ class Seq:
     def pages_for(self, positions: int, page_size: int) -> int:
         """Pages still missing for K/V at positions [0, positions)."""
         return max(0, -(-positions // page_size) - len(self.pages))
+
+    @property
+    def turn(self) -> list[int]:
+        """The current turn's model tokens (a copy)."""
+        return self.tokens[self.turn_start:]
+
+    def append(self, toks: Sequence[int], lps: Sequence[float], vals: Sequence[float],
+               version: int) -> None:
+        """Records model tokens just decoded (their K/V, but the last's, is now in the pool)."""
+        self.tokens.extend(int(t) for t in toks)
+        self.logprobs.extend(float(x) for x in lps)
+        self.values.extend(float(x) for x in vals)
+        self.versions.extend([version] * len(toks))
+        self.length += len(toks)
+        self.budget -= len(toks)
+
+    def truncate(self, drop: int) -> None:
+        """Forgets the last ``drop`` model tokens (their K/V slots are overwritten later)."""
+        if drop == 0:
+            return
+        del self.tokens[-drop:], self.logprobs[-drop:], self.values[-drop:], self.versions[-drop:]
+        self.budget += drop
+        self.length = min(self.length, len(self.tokens) - 1)
+
+    def constrain(self, toks: Sequence[int]) -> bool:
+        """Advances the matcher over the new tokens, or starts one when the request's constraint
+        asks (cutting the turn there); True when tokens were cut."""
+        if self.matcher is not None:
+            for t in toks:
+                self.matcher.advance(int(t))
+            return False
+        started = self.request.constraint.start(self.turn)
+        if started is None:
+            return False
+        keep, self.matcher = started
+        drop = len(self.tokens) - self.turn_start - keep
+        self.truncate(drop)
+        return drop > 0
+
+    def new_turn(self, appended: Sequence[int]) -> None:
+        """Appends tokens that are not the model's (a tool's output; those beyond the budget are
+        dropped) and starts a new turn after them."""
+        kept = [int(t) for t in appended][: self.budget]
+        self.tokens.extend(kept)
+        self.budget -= len(kept)
+        self.turn_start = len(self.tokens)
+        self.logprobs, self.values, self.versions, self.matcher = [], [], [], None
+
+    def event(self, kind: str, reason: str) -> Event:
+        """The `Event` of the turn that ends now."""
+        return Event(self.request.request_id, kind, reason, self.turn,
+                     np.asarray(self.logprobs, np.float32), np.asarray(self.values, np.float32),
+                     np.asarray(self.versions, np.int32))
+
+
+class PrefillChunk(NamedTuple):
+    """Context to write: ``tokens`` at positions [start, start + len(tokens)) of the sequence
+    whose block table is ``pages``."""
+
+    tokens: list[int]
+    start: int
+    pages: list[int]
+
+
+class DecodeResult(NamedTuple):
+    """One decode round trip; row i is the i-th running sequence handed to the runner.
+
+    tokens: int32 [rows, steps]; logprobs, values: float32 [rows, steps] — row i's first
+    count[i] entries are real. count: int32 [rows]. stopped: bool [rows], the row stopped on a
+    stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
+    padded to the batch size).
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    values: np.ndarray
+    count: np.ndarray
+    stopped: np.ndarray
+    steps: int
+    rows: int
