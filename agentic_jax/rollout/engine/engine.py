@@ -3,6 +3,7 @@ to a host-only `Scheduler` and the device work to a `ModelRunner`."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Hashable, Sequence
 
 from flax import nnx
@@ -20,25 +21,25 @@ from agentic_jax.rollout.engine.types import (
 )
 
 
-def _of(part: str, name: str, doc: str) -> property:
+def _of(path: str, doc: str) -> property:
     """A read-only attribute of the engine that lives on its scheduler or runner."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=doc)
+    return property(operator.attrgetter(path), doc=doc)
 
 
 class Engine:
     """Continuous batching over a paged KV cache for one model (see the package docstring)."""
 
-    cfg = _of("scheduler", "cfg", "The `EngineConfig` (its sampling: see `set_sampling`).")
-    stats = _of("scheduler", "stats", "`EngineStats` since the build or `reset_stats`.")
-    version = _of("scheduler", "version", "The policy version of the weights sampled with.")
-    pool = _of("scheduler", "pool", "The `PagePool`.")
-    seqs = _of("scheduler", "seqs", "Live sequences by request id.")
-    slots = _of("scheduler", "slots", "The decode slots: a sequence or None each.")
-    waiting = _of("scheduler", "waiting", "Queued sequences, next first.")
-    prefixes = _of("scheduler", "prefixes", "Shared prompt prefixes by their tokens.")
-    graphdef = _of("runner", "graphdef", "The model's graph definition.")
-    params = _of("runner", "params", "The weights sampled with (see `update_params`).")
-    kv = _of("runner", "kv", "The paged KV pool on the device.")
+    cfg = _of("scheduler.cfg", "The `EngineConfig` (its sampling: see `set_sampling`).")
+    stats = _of("scheduler.stats", "`EngineStats` since the build or `reset_stats`.")
+    version = _of("scheduler.version", "The policy version of the weights sampled with.")
+    pool = _of("scheduler.pages.pool", "The `PagePool`.")
+    seqs = _of("scheduler.seqs", "Live sequences by request id.")
+    slots = _of("scheduler.slots", "The decode slots: a sequence or None each.")
+    waiting = _of("scheduler.waiting", "Queued sequences, next first.")
+    prefixes = _of("scheduler.pages.prefixes", "Shared prompt prefixes by their tokens.")
+    graphdef = _of("runner.graphdef", "The model's graph definition.")
+    params = _of("runner.params", "The weights sampled with (see `update_params`).")
+    kv = _of("runner.kv", "The paged KV pool on the device.")
 
     def __init__(self, model: nnx.Module, cfg: EngineConfig | None = None):
         graphdef, params = nnx.split(model)

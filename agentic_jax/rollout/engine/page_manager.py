@@ -3,15 +3,18 @@
 Requests with the same prompt share one `Prefix`: the K/V of the prompt's first len - 1 tokens,
 prefilled once and reference counted. A sample forks from it when it is complete: its full
 pages are shared, the partial last page is copied (copy-on-write at fork, since the fork writes
-there next). Plain Python and numpy: no JAX; the copies are handed to the device by the caller.
+there next). Also here: which contexts the next prefill call writes, and whose pages go when
+the pool is short. Plain Python and numpy: no JAX; the scheduler hands the copies and the
+chunks to the device.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from agentic_jax.rollout.engine.pages import PagePool
-from agentic_jax.rollout.engine.sequences import Prefix, Seq
+from agentic_jax.rollout.engine.runner_api import PrefillChunk
+from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, WAITING, Prefix, Seq
 
 
 class PageManager:
@@ -107,3 +110,41 @@ class PageManager:
         self.pool.release(seq.pages)
         seq.pages, seq.length = [], 0
         self.detach(seq)
+
+
+def choose_victim(seqs: Iterable[Seq], spare: Seq | None = None) -> Seq | None:
+    """Whose pages to free when the pool is short: the newest idle holder (paused, or queued
+    with the pages it kept), else the newest holder in a slot other than ``spare``, else
+    ``spare``. Idle holders go first and the oldest slotted sequence last, so the oldest
+    running sequence always gets its pages (the pool holds one whole sequence) and the engine
+    cannot cycle between preempting a sequence and admitting it again."""
+    holders = [s for s in seqs if s.pages]
+    idle = [s for s in holders if s.state in (PAUSED, WAITING)]
+    others = [s for s in holders if s is not spare]
+    candidates = idle or others or [s for s in holders if s is spare]
+    return max(candidates, key=lambda s: s.order) if candidates else None
+
+
+def prefill_chunks(slots: Sequence[Seq | None], chunk_size: int, max_rows: int
+                   ) -> list[tuple[Prefix | Seq, PrefillChunk]]:
+    """(what is written, its next chunk) for up to ``max_rows`` contexts of prefilling slots; a
+    shared prefix is written once, whichever of its members are slotted."""
+    jobs, seen = [], set()
+    for seq in slots:
+        if seq is None or seq.state != PREFILL:
+            continue
+        prefix = seq.prefix
+        if prefix is not None:
+            if prefix.complete or id(prefix) in seen:
+                continue
+            seen.add(id(prefix))
+            start = prefix.written
+            chunk = list(prefix.tokens[start:start + chunk_size])
+            jobs.append((prefix, PrefillChunk(chunk, start, prefix.pages)))
+        else:
+            start = seq.length
+            chunk = seq.tokens[start:min(seq.context_len, start + chunk_size)]
+            jobs.append((seq, PrefillChunk(chunk, start, seq.pages)))
+        if len(jobs) == max_rows:
+            break
+    return jobs

@@ -15,7 +15,8 @@ from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.models import ModelConfig
 from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
-from agentic_jax.rollout.engine.sequences import DecodeResult, PrefillChunk, Seq
+from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
+from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.types import EngineConfig, SamplingParams
 
 # The smallest decode batch: fewer rows save little and would add compilations.

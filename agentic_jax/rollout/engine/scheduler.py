@@ -11,48 +11,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Any, Hashable, Protocol, Sequence
+from typing import Hashable, Sequence
 
-import numpy as np
-
-from agentic_jax.rollout.engine.page_manager import PageManager
+from agentic_jax.rollout.engine.page_manager import PageManager, choose_victim, prefill_chunks
 from agentic_jax.rollout.engine.pages import PagePool
-from agentic_jax.rollout.engine.sequences import (
-    PAUSED,
-    PREFILL,
-    RUNNING,
-    WAITING,
-    DecodeResult,
-    Prefix,
-    PrefillChunk,
-    Seq,
-)
-from agentic_jax.rollout.engine.types import (
-    EngineConfig,
-    EngineStats,
-    Event,
-    Request,
-    SamplingParams,
-)
-
-
-class Runner(Protocol):
-    """The device work the scheduler asks for."""
-
-    def key_data(self, key: Any) -> np.ndarray:
-        """A request's PRNG key as uint32 key data (what `Seq.key_data` holds)."""
-
-    def copy_pages(self, copies: list[tuple[int, int]]) -> None:
-        """Copies the K/V of each (source, destination) page."""
-
-    def prefill(self, chunks: list[PrefillChunk]) -> None:
-        """Writes the K/V of each chunk's tokens into its pages."""
-
-    def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
-               sampling: SamplingParams) -> DecodeResult:
-        """One decode round trip of ``running`` (read, not changed); ``return_early``: stop
-        when a row finishes (requests wait for its slot); ``sampling``: for requests that set
-        none of their own."""
+from agentic_jax.rollout.engine.runner_api import Runner
+from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
+from agentic_jax.rollout.engine.types import EngineConfig, EngineStats, Event, Request
+from agentic_jax.rollout.engine.types import SamplingParams
 
 
 class Scheduler:
@@ -70,33 +36,14 @@ class Scheduler:
         self._stamp = 0
         self._stop_width = 1
 
-    @property
-    def pool(self) -> PagePool:
-        return self.pages.pool
-
-    @property
-    def prefixes(self) -> dict[tuple[int, ...], Prefix]:
-        return self.pages.prefixes
-
     # ------------------------------------------------------------------ requests
 
     def submit(self, request: Request) -> None:
         """Queues a request; requests with equal prompts share the prompt's pages."""
         if request.request_id in self.seqs:
             raise ValueError(f"request {request.request_id!r} is already live")
+        self.cfg.check(request)
         prompt = [int(t) for t in request.prompt]
-        if not prompt:
-            raise ValueError(f"request {request.request_id!r}: the prompt is empty")
-        if request.max_new_tokens <= 0:
-            raise ValueError(f"request {request.request_id!r}: max_new_tokens must be positive, "
-                             f"got {request.max_new_tokens}")
-        if len(prompt) + request.max_new_tokens > self.cfg.max_seq_len:
-            raise ValueError(f"request {request.request_id!r}: prompt {len(prompt)} + "
-                             f"max_new_tokens {request.max_new_tokens} exceeds max_seq_len "
-                             f"{self.cfg.max_seq_len}")
-        if request.sampling is not None and request.sampling.top_k != self.cfg.sampling.top_k:
-            raise ValueError(f"request {request.request_id!r}: top_k {request.sampling.top_k} "
-                             f"differs from the engine's {self.cfg.sampling.top_k}")
         key_data = self.runner.key_data(request.key)
         self._stop_width = max(self._stop_width,
                                len(request.stop_tokens) + len(request.pause_tokens))
@@ -139,10 +86,10 @@ class Scheduler:
 
     def reset_stats(self) -> EngineStats:
         """Starts the counters again (the page peak from the pages in use now); returns the old."""
-        old, in_use = self.stats, self.pool.in_use
+        old, in_use = self.stats, self.pages.pool.in_use
         self.stats = EngineStats(pool_pages=old.pool_pages, page_bytes=old.page_bytes,
                                  pages_in_use=in_use, pages_peak=in_use)
-        self.pool.peak = in_use
+        self.pages.pool.peak = in_use
         return old
 
     @property
@@ -163,14 +110,14 @@ class Scheduler:
         decoded = self._run_decode()
         if not (prefilled or decoded) and self._any_slotted():
             # Slotted sequences wait for pages that others hold (a fork's copy page).
-            victim = self._victim()
+            victim = choose_victim(self.seqs.values())
             if victim is not None:
                 self._preempt(victim)
         events, self._events = self._events, []
-        self.stats.pages_in_use = self.pool.in_use
-        self.stats.pages_peak = self.pool.peak
+        self.stats.pages_in_use = self.pages.pool.in_use
+        self.stats.pages_peak = self.pages.pool.peak
         self.stats.steps += 1
-        self.stats.pages_in_use_sum += self.pool.in_use
+        self.stats.pages_in_use_sum += self.pages.pool.in_use
         return events
 
     # ------------------------------------------------------------------ admission
@@ -210,7 +157,7 @@ class Scheduler:
             return
         # Nothing decodes and the queue head does not fit: the pages are held by paused
         # sequences and by queued ones that kept theirs (resumed after a tool call).
-        victim = self._victim()
+        victim = choose_victim(self.seqs.values())
         if victim is None:
             raise RuntimeError("rollout engine: the page pool cannot admit any request")
         self._preempt(victim)
@@ -229,35 +176,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ device calls
 
-    def _prefill_jobs(self) -> list[tuple[Prefix | Seq, PrefillChunk]]:
-        """(what is written, its chunk) for up to prefill_rows contexts still being written."""
-        jobs, seen, size = [], set(), self.cfg.prefill_chunk
-        for seq in self.slots:
-            if seq is None or seq.state != PREFILL:
-                continue
-            prefix = seq.prefix
-            if prefix is not None:
-                if prefix.complete or id(prefix) in seen:
-                    continue
-                seen.add(id(prefix))
-                start = prefix.written
-                chunk = PrefillChunk(list(prefix.tokens[start:start + size]), start, prefix.pages)
-                jobs.append((prefix, chunk))
-            else:
-                start = seq.length
-                tokens = seq.tokens[start:min(seq.context_len, start + size)]
-                jobs.append((seq, PrefillChunk(tokens, start, seq.pages)))
-            if len(jobs) == self.cfg.prefill_rows:
-                break
-        return jobs
-
     def _run_prefill(self) -> int:
         """One chunk for up to prefill_rows contexts; returns the tokens written (0: none)."""
         for seq in self.slots:  # a fork that found no page for its copy tries again
             if seq is not None and seq.state == PREFILL and seq.prefix is not None:
                 self._start_if_ready(seq)
         self._flush_copies()
-        jobs = self._prefill_jobs()
+        jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows)
         if not jobs:
             return 0
         t0 = time.perf_counter()
@@ -293,7 +218,7 @@ class Scheduler:
                 if pages is not None:
                     seq.pages.extend(pages)
                     break
-                victim = self._victim(spare=seq)
+                victim = choose_victim(self.seqs.values(), spare=seq)
                 if victim is None:
                     raise RuntimeError("rollout engine: shared prompt prefixes fill the page "
                                        "pool; raise rollout.kv_pages")
@@ -320,30 +245,22 @@ class Scheduler:
             # A pause token also stops the slot on the device; only stop tokens finish it.
             finished = (bool(out.stopped[i]) and k > 0
                         and int(out.tokens[i, k - 1]) in seq.request.stop_tokens)
-            self._take_tokens(seq, out.tokens[i, :k], out.logprobs[i, :k], out.values[i, :k],
-                              finished)
+            reason = seq.take(out.tokens[i, :k], out.logprobs[i, :k], out.values[i, :k],
+                              finished, self.version)
+            if reason == "pause":
+                self._pause(seq)
+            elif reason is not None:
+                self._finish(seq, reason)
         self.stats.decode_s += time.perf_counter() - t0
         return True
 
     # ------------------------------------------------------------------ leaving a slot
 
-    def _take_tokens(self, seq: Seq, toks, lps, vals, stopped: bool) -> None:
-        """Records a slot's new tokens, then finishes, pauses or keeps it decoding."""
-        seq.append(toks, lps, vals, self.version)
-        if seq.request.constraint is not None and seq.constrain(toks):
-            stopped = False       # the cut dropped the stop token with what followed the opener
-        hook = seq.request.pause
-        cut = None if hook is None else hook(seq.turn)
-        if cut is not None:
-            turn = len(seq.tokens) - seq.turn_start
-            seq.truncate(turn - max(0, min(int(cut), turn)))
-            self._events.append(seq.event("paused", "pause"))
-            self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
-            seq.matcher = None
-        elif stopped:
-            self._finish(seq, "stop")
-        elif seq.budget <= 0:
-            self._finish(seq, "length")
+    def _pause(self, seq: Seq) -> None:
+        """The sequence leaves its slot and keeps its pages until `resume` or `release`."""
+        self._events.append(seq.event("paused", "pause"))
+        self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
+        seq.matcher = None
 
     def _finish(self, seq: Seq, reason: str) -> None:
         self._events.append(seq.event("finished", reason))
@@ -357,19 +274,7 @@ class Scheduler:
             self.waiting.remove(seq)
         self.pages.free(seq)
         del self.seqs[seq.request.request_id]
-        self.stats.pages_in_use = self.pool.in_use
-
-    def _victim(self, spare: Seq | None = None) -> Seq | None:
-        """Whose pages to free when the pool is short: the newest idle holder (paused, or
-        queued with the pages it kept), else the newest holder in a slot other than ``spare``,
-        else ``spare``. Idle holders go first and the oldest slotted sequence last, so the
-        oldest running sequence always gets its pages (the pool holds one whole sequence) and
-        the engine cannot cycle between preempting a sequence and admitting it again."""
-        holders = [s for s in self.seqs.values() if s.pages]
-        idle = [s for s in holders if s.state in (PAUSED, WAITING)]
-        others = [s for s in holders if s is not spare]
-        candidates = idle or others or [s for s in holders if s is spare]
-        return max(candidates, key=lambda s: s.order) if candidates else None
+        self.stats.pages_in_use = self.pages.pool.in_use
 
     def _preempt(self, seq: Seq) -> None:
         """Frees a sequence's pages; it is queued first and recomputes its context later. Its

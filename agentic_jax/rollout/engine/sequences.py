@@ -1,11 +1,10 @@
-"""Host records of the engine: one per live sequence, one per shared prompt prefix, and what
-the scheduler and the model runner hand each other (a prefill chunk, a decode round trip's
-output). Plain Python and numpy: no JAX."""
+"""Host records of the engine: one per live sequence, one per shared prompt prefix. Plain
+Python and numpy: no JAX."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -79,15 +78,28 @@ class Seq:
         """The current turn's model tokens (a copy)."""
         return self.tokens[self.turn_start:]
 
-    def append(self, toks: Sequence[int], lps: Sequence[float], vals: Sequence[float],
-               version: int) -> None:
-        """Records model tokens just decoded (their K/V, but the last's, is now in the pool)."""
+    def take(self, toks: Sequence[int], lps: Sequence[float], vals: Sequence[float],
+             stopped: bool, version: int) -> str | None:
+        """Records a round trip's model tokens (``stopped``: the last is a stop token);
+        returns why the sequence leaves its slot: "pause" (its pause hook cut the turn there),
+        "stop" or "length"; or None, it decodes on."""
         self.tokens.extend(int(t) for t in toks)
         self.logprobs.extend(float(x) for x in lps)
         self.values.extend(float(x) for x in vals)
         self.versions.extend([version] * len(toks))
         self.length += len(toks)
         self.budget -= len(toks)
+        if self.request.constraint is not None and self.constrain(toks):
+            stopped = False       # the cut dropped the stop token with what followed the opener
+        hook = self.request.pause
+        cut = None if hook is None else hook(self.turn)
+        if cut is not None:
+            turn = len(self.tokens) - self.turn_start
+            self.truncate(turn - max(0, min(int(cut), turn)))
+            return "pause"
+        if stopped:
+            return "stop"
+        return "length" if self.budget <= 0 else None
 
     def truncate(self, drop: int) -> None:
         """Forgets the last ``drop`` model tokens (their K/V slots are overwritten later)."""
@@ -126,30 +138,3 @@ class Seq:
         return Event(self.request.request_id, kind, reason, self.turn,
                      np.asarray(self.logprobs, np.float32), np.asarray(self.values, np.float32),
                      np.asarray(self.versions, np.int32))
-
-
-class PrefillChunk(NamedTuple):
-    """Context to write: ``tokens`` at positions [start, start + len(tokens)) of the sequence
-    whose block table is ``pages``."""
-
-    tokens: list[int]
-    start: int
-    pages: list[int]
-
-
-class DecodeResult(NamedTuple):
-    """One decode round trip; row i is the i-th running sequence handed to the runner.
-
-    tokens: int32 [rows, steps]; logprobs, values: float32 [rows, steps] — row i's first
-    count[i] entries are real. count: int32 [rows]. stopped: bool [rows], the row stopped on a
-    stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
-    padded to the batch size).
-    """
-
-    tokens: np.ndarray
-    logprobs: np.ndarray
-    values: np.ndarray
-    count: np.ndarray
-    stopped: np.ndarray
-    steps: int
-    rows: int

@@ -82,6 +82,20 @@ class EngineConfig:
             raise ValueError(f"attention_impl must be xla/pallas/auto, got "
                              f"{self.attention_impl!r}")
 
+    def check(self, request: Request) -> None:
+        """ValueError if an engine of this configuration cannot take ``request``."""
+        rid, prompt_len, new = request.request_id, len(request.prompt), request.max_new_tokens
+        if not prompt_len:
+            raise ValueError(f"request {rid!r}: the prompt is empty")
+        if new <= 0:
+            raise ValueError(f"request {rid!r}: max_new_tokens must be positive, got {new}")
+        if prompt_len + new > self.max_seq_len:
+            raise ValueError(f"request {rid!r}: prompt {prompt_len} + max_new_tokens {new} "
+                             f"exceeds max_seq_len {self.max_seq_len}")
+        if request.sampling is not None and request.sampling.top_k != self.sampling.top_k:
+            raise ValueError(f"request {rid!r}: top_k {request.sampling.top_k} differs from "
+                             f"the engine's {self.sampling.top_k}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Request:
