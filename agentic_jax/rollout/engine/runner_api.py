@@ -11,6 +11,7 @@ import numpy as np
 from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.types import SamplingParams
 
+
 class PrefillChunk(NamedTuple):
     """Context to write: ``tokens`` at positions [start, start + len(tokens)) of the sequence
     whose block table is ``pages``."""
