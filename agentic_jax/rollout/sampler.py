@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.models import init_cache
+from agentic_jax.rollout.engine.types import SamplingParams
 from agentic_jax.rollout.sampling import sample_tokens
 from agentic_jax.utils.files import round_up
 
@@ -59,25 +60,6 @@ class DecodeOut(NamedTuple):
     values: jax.Array
     num_generated: jax.Array
     stopped: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-
-    @property
-    def use_filter(self) -> bool:
-        return self.temperature > 0 and (self.top_p < 1.0 or self.top_k > 0)
 
 
 def _gather_last(x: jax.Array, chunk_lens: jax.Array) -> jax.Array:

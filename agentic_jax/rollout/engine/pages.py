@@ -6,9 +6,12 @@ increments its count; releasing decrements it and returns the page to the free l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from agentic_jax.models import ModelConfig
+if TYPE_CHECKING:
+    from agentic_jax.models import ModelConfig
 
 
 def page_bytes(cfg: ModelConfig, page_size: int) -> int:

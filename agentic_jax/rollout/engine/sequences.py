@@ -1,13 +1,14 @@
-"""Host records of the engine: one per live sequence, one per shared prompt prefix."""
+"""Host records of the engine: one per live sequence, one per shared prompt prefix. Plain
+Python and numpy: no JAX."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from agentic_jax.rollout.engine.types import Request
+from agentic_jax.rollout.engine.types import Event, Request
 
 WAITING, PREFILL, RUNNING, PAUSED = "waiting", "prefill", "running", "paused"
 
@@ -71,3 +72,69 @@ class Seq:
     def pages_for(self, positions: int, page_size: int) -> int:
         """Pages still missing for K/V at positions [0, positions)."""
         return max(0, -(-positions // page_size) - len(self.pages))
+
+    @property
+    def turn(self) -> list[int]:
+        """The current turn's model tokens (a copy)."""
+        return self.tokens[self.turn_start:]
+
+    def take(self, toks: Sequence[int], lps: Sequence[float], vals: Sequence[float],
+             stopped: bool, version: int) -> str | None:
+        """Records a round trip's model tokens (``stopped``: the last is a stop token);
+        returns why the sequence leaves its slot: "pause" (its pause hook cut the turn there),
+        "stop" or "length"; or None, it decodes on."""
+        self.tokens.extend(int(t) for t in toks)
+        self.logprobs.extend(float(x) for x in lps)
+        self.values.extend(float(x) for x in vals)
+        self.versions.extend([version] * len(toks))
+        self.length += len(toks)
+        self.budget -= len(toks)
+        if self.request.constraint is not None and self.constrain(toks):
+            stopped = False       # the cut dropped the stop token with what followed the opener
+        hook = self.request.pause
+        cut = None if hook is None else hook(self.turn)
+        if cut is not None:
+            turn = len(self.tokens) - self.turn_start
+            self.truncate(turn - max(0, min(int(cut), turn)))
+            return "pause"
+        if stopped:
+            return "stop"
+        return "length" if self.budget <= 0 else None
+
+    def truncate(self, drop: int) -> None:
+        """Forgets the last ``drop`` model tokens (their K/V slots are overwritten later)."""
+        if drop == 0:
+            return
+        del self.tokens[-drop:], self.logprobs[-drop:], self.values[-drop:], self.versions[-drop:]
+        self.budget += drop
+        self.length = min(self.length, len(self.tokens) - 1)
+
+    def constrain(self, toks: Sequence[int]) -> bool:
+        """Advances the matcher over the new tokens, or starts one when the request's constraint
+        asks (cutting the turn there); True when tokens were cut."""
+        if self.matcher is not None:
+            for t in toks:
+                self.matcher.advance(int(t))
+            return False
+        started = self.request.constraint.start(self.turn)
+        if started is None:
+            return False
+        keep, self.matcher = started
+        drop = len(self.tokens) - self.turn_start - keep
+        self.truncate(drop)
+        return drop > 0
+
+    def new_turn(self, appended: Sequence[int]) -> None:
+        """Appends tokens that are not the model's (a tool's output; those beyond the budget are
+        dropped) and starts a new turn after them."""
+        kept = [int(t) for t in appended][: self.budget]
+        self.tokens.extend(kept)
+        self.budget -= len(kept)
+        self.turn_start = len(self.tokens)
+        self.logprobs, self.values, self.versions, self.matcher = [], [], [], None
+
+    def event(self, kind: str, reason: str) -> Event:
+        """The `Event` of the turn that ends now."""
+        return Event(self.request.request_id, kind, reason, self.turn,
+                     np.asarray(self.logprobs, np.float32), np.asarray(self.values, np.float32),
+                     np.asarray(self.versions, np.int32))

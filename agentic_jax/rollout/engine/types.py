@@ -1,18 +1,40 @@
-"""The engine's records: its configuration, a request, the events it returns, its statistics."""
+"""The engine's records: its configuration, a request, the events it returns, its statistics.
+Plain Python and numpy (no JAX), so that the host-side scheduler imports without it."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Hashable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple, Sequence
 
-import jax
 import numpy as np
 
-from agentic_jax.rollout.sampler import SamplingParams
+if TYPE_CHECKING:
+    import jax
 
 # Called with the model tokens of the current turn (since admission or the last resume);
 # returns None to keep decoding, or n to keep the first n tokens and pause the sequence there.
 PauseHook = Callable[[Sequence[int]], "int | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are drawn: temperature (0: greedy), nucleus top-p, top-k (0: all tokens)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def use_filter(self) -> bool:
+        return self.temperature > 0 and (self.top_p < 1.0 or self.top_k > 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +81,20 @@ class EngineConfig:
         if self.attention_impl not in ("xla", "pallas", "auto"):
             raise ValueError(f"attention_impl must be xla/pallas/auto, got "
                              f"{self.attention_impl!r}")
+
+    def check(self, request: Request) -> None:
+        """ValueError if an engine of this configuration cannot take ``request``."""
+        rid, prompt_len, new = request.request_id, len(request.prompt), request.max_new_tokens
+        if not prompt_len:
+            raise ValueError(f"request {rid!r}: the prompt is empty")
+        if new <= 0:
+            raise ValueError(f"request {rid!r}: max_new_tokens must be positive, got {new}")
+        if prompt_len + new > self.max_seq_len:
+            raise ValueError(f"request {rid!r}: prompt {prompt_len} + max_new_tokens {new} "
+                             f"exceeds max_seq_len {self.max_seq_len}")
+        if request.sampling is not None and request.sampling.top_k != self.sampling.top_k:
+            raise ValueError(f"request {rid!r}: top_k {request.sampling.top_k} differs from "
+                             f"the engine's {self.sampling.top_k}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""The device side of the engine: the weights and the KV pool, and the calls the scheduler asks
+for, built as fixed-shape numpy arrays for `paged_model`'s compiled programs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from agentic_jax.kernels.paged_attention import PagePairs
+from agentic_jax.models import ModelConfig
+from agentic_jax.rollout.constrain import batch_bitmasks
+from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
+from agentic_jax.rollout.engine.sequences import Seq
+from agentic_jax.rollout.engine.types import EngineConfig, SamplingParams
+
+# The smallest decode batch: fewer rows save little and would add compilations.
+_MIN_ROWS = 8
+
+
+def _bucket(n: int, cap: int) -> int:
+    """The next power of two >= n (at least 1), capped at ``cap``."""
+    return min(cap, 1 << max(0, n - 1).bit_length())
+
+
+class ModelRunner:
+    """One model's weights (graph definition + state) and its paged KV pool; implements the
+    scheduler's `Runner`.
+
+    Args:
+      cfg: the engine's configuration; its shapes (slots, page size, decode steps, prefill
+        rows) are read here, its sampling comes with each `decode` call.
+      num_pages: the pool's pages; max_pages: the block table width of one sequence.
+      mesh: the devices to sample on, when they are not the default device's.
+    """
+
+    def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, model_cfg: ModelConfig,
+                 cfg: EngineConfig, num_pages: int, max_pages: int, mesh: Mesh | None = None):
+        self.graphdef, self.params, self.model_cfg = graphdef, params, model_cfg
+        self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
+        self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
+        self.num_pages, self.max_pages = num_pages, max_pages
+        self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
+        self.kv = pm.init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+
+    def key_data(self, key: Any) -> np.ndarray:
+        """A typed PRNG key or raw key data -> the key data as a uint32 numpy array."""
+        key = jnp.asarray(key) if not isinstance(key, np.ndarray) else key
+        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        data = np.asarray(key)
+        if data.dtype != np.uint32:
+            raise ValueError(f"request key: expected a PRNG key or uint32 key data, got "
+                             f"{data.dtype}")
+        return data
+
+    def copy_pages(self, copies: list[tuple[int, int]]) -> None:
+        n = _bucket(len(copies), 1 << 30)
+        src = np.zeros(n, np.int32)
+        dst = np.full(n, self.num_pages, np.int32)     # out of range: the padding copies nothing
+        src[:len(copies)], dst[:len(copies)] = zip(*copies)
+        self.kv = pm.copy_pages_jit(self.kv, src, dst)
+
+    def prefill(self, chunks: list[PrefillChunk]) -> None:
+        # Fixed rows, power-of-two chunk and table widths: a handful of compilations, and a
+        # chunk attends over the pages up to its own end, not over max_seq_len.
+        rows, ps = self.prefill_rows, self.page_size
+        width = max(16, _bucket(max(len(c.tokens) for c in chunks), 1 << 30))
+        table_w = _bucket(max(-(-(c.start + len(c.tokens)) // ps) for c in chunks),
+                          self.max_pages)
+        tokens = np.zeros((rows, width), np.int32)
+        start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+        tables = np.zeros((rows, table_w), np.int32)
+        for r, chunk in enumerate(chunks):
+            tokens[r, :len(chunk.tokens)], start[r], lens[r] = (chunk.tokens, chunk.start,
+                                                                len(chunk.tokens))
+            used = chunk.pages[:table_w]
+            tables[r, :len(used)] = used
+        self.kv = pm.prefill_jit(self.graphdef, self.params, self.kv, tokens, start, lens, tables)
+        jax.block_until_ready(self.kv)
+
+    def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
+               sampling: SamplingParams) -> DecodeResult:
+        # The running slots are packed into the first rows of a power-of-two batch (at least
+        # _MIN_ROWS): when the tail of a rollout leaves few slots running, a step costs what
+        # they need, not what num_slots would. Rows carry no state between round trips.
+        n = max(min(_MIN_ROWS, self.num_slots), _bucket(len(running), self.num_slots))
+        tables = np.zeros((n, self.max_pages), np.int32)
+        last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
+        live = np.zeros(n, bool)
+        keys = np.zeros((n,) + running[0].key_data.shape, np.uint32)
+        stops = np.full((n, stop_width), -1, np.int32)
+        for i, seq in enumerate(running):
+            tables[i, :len(seq.pages)] = seq.pages
+            last[i], length[i], budget[i], live[i] = seq.tokens[-1], seq.length, seq.budget, True
+            keys[i] = seq.key_data
+            ids = seq.request.stop_tokens + seq.request.pause_tokens
+            stops[i, :len(ids)] = ids
+        slots = pm.SlotState(last, length, budget, live, keys, stops)
+        allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
+        temperature, top_p, use_filter = _row_sampling(running, n, sampling)
+        out = pm.decode_jit(
+            self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
+            temperature, top_p, jnp.int32(1 if return_early else n + 1), allowed,
+            num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
+            use_filter=use_filter, attention_impl=self.decode_impl)
+        self.kv = out.kv
+        toks, lps, vals, count, stopped, steps = jax.device_get(
+            (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
+        return DecodeResult(toks, lps, vals, count, stopped, int(steps), n)
+
+    def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
+        """(row, page, first position) for every page of the running sequences (row i is
+        running[i]), padded to a power of two (>= 64) so that few shapes compile."""
+        total = sum(len(s.pages) for s in running)
+        m = max(64, _bucket(total, 1 << 30))
+        rows = np.full(m, rows_in_batch, np.int32)
+        pages, starts = np.zeros(m, np.int32), np.zeros(m, np.int32)
+        at = 0
+        for i, seq in enumerate(running):
+            k = len(seq.pages)
+            rows[at:at + k], pages[at:at + k] = i, seq.pages
+            starts[at:at + k] = np.arange(k) * self.page_size
+            at += k
+        return PagePairs(rows, pages, starts)
+
+
+def _row_sampling(running: list[Seq], rows_in_batch: int, default: SamplingParams
+                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Per-row temperature and top-p (float32 [rows]; a request's own settings, else
+    ``default``) and whether any row truncates (the static ``use_filter``)."""
+    params = [s.request.sampling or default for s in running]
+    temperature = np.full(rows_in_batch, default.temperature, np.float32)
+    top_p = np.full(rows_in_batch, default.top_p, np.float32)
+    temperature[:len(params)] = [p.temperature for p in params]
+    top_p[:len(params)] = [p.top_p for p in params]
+    return temperature, top_p, any(p.use_filter for p in params)

@@ -1,0 +1,58 @@
+"""What the scheduler asks of the device and what comes back: the `Runner` protocol
+(`runner.ModelRunner` implements it; the scheduler's tests use a scripted fake), a prefill
+chunk and a decode round trip's output. No JAX."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from agentic_jax.rollout.engine.sequences import Seq
+from agentic_jax.rollout.engine.types import SamplingParams
+
+
+class PrefillChunk(NamedTuple):
+    """Context to write: ``tokens`` at positions [start, start + len(tokens)) of the sequence
+    whose block table is ``pages``."""
+
+    tokens: list[int]
+    start: int
+    pages: list[int]
+
+
+class DecodeResult(NamedTuple):
+    """One decode round trip; row i is the i-th running sequence handed to the runner.
+
+    tokens: int32 [rows, steps]; logprobs, values: float32 [rows, steps] — row i's first
+    count[i] entries are real. count: int32 [rows]. stopped: bool [rows], the row stopped on a
+    stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
+    padded to the batch size).
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    values: np.ndarray
+    count: np.ndarray
+    stopped: np.ndarray
+    steps: int
+    rows: int
+
+
+class Runner(Protocol):
+    """The device work the scheduler asks for."""
+
+    def key_data(self, key: Any) -> np.ndarray:
+        """A request's PRNG key as uint32 key data (what `Seq.key_data` holds)."""
+
+    def copy_pages(self, copies: list[tuple[int, int]]) -> None:
+        """Copies the K/V of each (source, destination) page."""
+
+    def prefill(self, chunks: list[PrefillChunk]) -> None:
+        """Writes the K/V of each chunk's tokens into its pages."""
+
+    def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
+               sampling: SamplingParams) -> DecodeResult:
+        """One decode round trip of ``running`` (read, not changed); ``return_early``: stop
+        when a row finishes (requests wait for its slot); ``sampling``: for requests that set
+        none of their own; ``stop_width``: at least each row's stop + pause token count."""

@@ -1,0 +1,289 @@
+"""The host side of the engine: a request queue, fixed decode slots, admission, preemption, and
+what becomes of a sequence after each round trip (it finishes, pauses or decodes on).
+
+It decides what runs; a runner does the device work (`runner.ModelRunner`, or any object with
+the four methods of `Runner`). No JAX here, so the scheduling is tested on its own with a runner
+that returns scripted tokens.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Hashable, Sequence
+
+from agentic_jax.rollout.engine.page_manager import PageManager, choose_victim, prefill_chunks
+from agentic_jax.rollout.engine.pages import PagePool
+from agentic_jax.rollout.engine.runner_api import Runner
+from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
+from agentic_jax.rollout.engine.types import EngineConfig, EngineStats, Event, Request
+from agentic_jax.rollout.engine.types import SamplingParams
+
+
+class Scheduler:
+    """Continuous batching over a paged KV cache, on the host (see the package docstring)."""
+
+    def __init__(self, cfg: EngineConfig, pool: PagePool, runner: Runner, page_bytes: int = 0):
+        self.cfg, self.runner = cfg, runner
+        self.pages = PageManager(pool, cfg.page_size)
+        self.stats = EngineStats(pool_pages=pool.num_pages, page_bytes=page_bytes)
+        self.seqs: dict[Hashable, Seq] = {}
+        self.waiting: collections.deque[Seq] = collections.deque()
+        self.slots: list[Seq | None] = [None] * cfg.num_slots
+        self.version = 0
+        self._events: list[Event] = []
+        self._stamp = 0
+        self._stop_width = 1
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, request: Request) -> None:
+        """Queues a request; requests with equal prompts share the prompt's pages."""
+        if request.request_id in self.seqs:
+            raise ValueError(f"request {request.request_id!r} is already live")
+        self.cfg.check(request)
+        prompt = [int(t) for t in request.prompt]
+        key_data = self.runner.key_data(request.key)
+        self._stop_width = max(self._stop_width,
+                               len(request.stop_tokens) + len(request.pause_tokens))
+        seq = Seq(request=request, tokens=prompt, budget=request.max_new_tokens,
+                  prefix=self.pages.share_prefix(prompt), turn_start=len(prompt),
+                  key_data=key_data)
+        self.seqs[request.request_id] = seq
+        self.waiting.append(seq)
+
+    def resume(self, request_id: Hashable, tokens: Sequence[int]) -> None:
+        """Appends ``tokens`` to a paused sequence and queues it first (see `Engine.resume`)."""
+        seq = self._paused(request_id)
+        seq.new_turn(tokens)
+        if seq.budget <= 0:
+            self._finish(seq, "length")
+            return
+        seq.state = WAITING
+        self.waiting.appendleft(seq)
+
+    def release(self, request_id: Hashable) -> None:
+        """Ends a paused sequence for good, freeing its pages."""
+        self._drop(self._paused(request_id))
+
+    def abort(self, request_id: Hashable) -> bool:
+        """Ends a sequence in any state, freeing its pages and dropping its pending event;
+        False if it is not live."""
+        seq = self.seqs.get(request_id)
+        if seq is None:
+            return False
+        self._events = [e for e in self._events if e.request_id != request_id]
+        self._drop(seq)
+        return True
+
+    def set_sampling(self, sampling: SamplingParams) -> None:
+        """The default sampling of requests submitted from now on; only with no live sequence."""
+        if self.seqs:
+            raise RuntimeError(f"rollout engine: cannot change sampling with {len(self.seqs)} "
+                               f"live sequences")
+        self.cfg = dataclasses.replace(self.cfg, sampling=sampling)
+
+    def reset_stats(self) -> EngineStats:
+        """Starts the counters again (the page peak from the pages in use now); returns the old."""
+        old, in_use = self.stats, self.pages.pool.in_use
+        self.stats = EngineStats(pool_pages=old.pool_pages, page_bytes=old.page_bytes,
+                                 pages_in_use=in_use, pages_peak=in_use)
+        self.pages.pool.peak = in_use
+        return old
+
+    @property
+    def has_work(self) -> bool:
+        """Whether `step` would advance anything (queued, prefilling or decoding sequences)."""
+        return bool(self.waiting) or self._any_slotted() or bool(self._events)
+
+    def step(self) -> list[Event]:
+        """Admits queued requests into free slots, runs prefill chunks and one decode round
+        trip; returns the sequences that left a slot."""
+        self._admit()
+        prefilled, budget = False, self.cfg.prefill_tokens_per_step
+        while budget > 0:
+            written = self._run_prefill()
+            if not written:
+                break
+            prefilled, budget = True, budget - written
+        decoded = self._run_decode()
+        if not (prefilled or decoded) and self._any_slotted():
+            # Slotted sequences wait for pages that others hold (a fork's copy page).
+            victim = choose_victim(self.seqs.values())
+            if victim is not None:
+                self._preempt(victim)
+        events, self._events = self._events, []
+        self.stats.pages_in_use = self.pages.pool.in_use
+        self.stats.pages_peak = self.pages.pool.peak
+        self.stats.steps += 1
+        self.stats.pages_in_use_sum += self.pages.pool.in_use
+        return events
+
+    # ------------------------------------------------------------------ admission
+
+    def _paused(self, request_id: Hashable) -> Seq:
+        seq = self.seqs.get(request_id)
+        if seq is None or seq.state != PAUSED:
+            raise ValueError(f"request {request_id!r} is not paused")
+        return seq
+
+    def _any_slotted(self) -> bool:
+        return any(s is not None for s in self.slots)
+
+    def _admit(self) -> None:
+        """Moves queued sequences into free slots while pages allow, in queue order (skipping
+        those whose shared prefix another sequence is still prefilling)."""
+        free = [i for i, s in enumerate(self.slots) if s is None]
+        filling = {id(s.prefix) for s in self.slots if s is not None and s.prefix is not None}
+        skipped: list[Seq] = []
+        while free and self.waiting:
+            seq = self.waiting.popleft()
+            if seq.prefix is not None and id(seq.prefix) in filling:
+                skipped.append(seq)
+                continue
+            if not self.pages.reserve_context(seq, self.slots):
+                self.waiting.appendleft(seq)
+                break
+            self._stamp += 1
+            seq.order, seq.slot = self._stamp, free.pop(0)
+            self.slots[seq.slot] = seq
+            seq.state = PREFILL
+            self._start_if_ready(seq)
+            if seq.prefix is not None and seq.state == PREFILL:
+                filling.add(id(seq.prefix))
+        self.waiting.extendleft(reversed(skipped))
+        if not free or not self.waiting or self._any_slotted():
+            return
+        # Nothing decodes and the queue head does not fit: the pages are held by paused
+        # sequences and by queued ones that kept theirs (resumed after a tool call).
+        victim = choose_victim(self.seqs.values())
+        if victim is None:
+            raise RuntimeError("rollout engine: the page pool cannot admit any request")
+        self._preempt(victim)
+
+    def _start_if_ready(self, seq: Seq) -> None:
+        """A slotted sequence whose context is written starts decoding (forking its prefix)."""
+        prefix = seq.prefix
+        if prefix is None:
+            if seq.length >= seq.context_len:
+                seq.state = RUNNING
+        elif prefix.complete:
+            hit = prefix.forks > 0
+            if self.pages.fork(seq, self.slots):
+                self.stats.prefix_hits += int(hit)
+                seq.state = RUNNING
+
+    # ------------------------------------------------------------------ device calls
+
+    def _run_prefill(self) -> int:
+        """One chunk for up to prefill_rows contexts; returns the tokens written (0: none)."""
+        for seq in self.slots:  # a fork that found no page for its copy tries again
+            if seq is not None and seq.state == PREFILL and seq.prefix is not None:
+                self._start_if_ready(seq)
+        self._flush_copies()
+        jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows)
+        if not jobs:
+            return 0
+        t0 = time.perf_counter()
+        self.runner.prefill([chunk for _, chunk in jobs])
+        for target, chunk in jobs:
+            if isinstance(target, Prefix):
+                target.written += len(chunk.tokens)
+            else:
+                target.length += len(chunk.tokens)
+        for seq in self.slots:
+            if seq is not None and seq.state == PREFILL:
+                self._start_if_ready(seq)
+        self._flush_copies()
+        written = sum(len(chunk.tokens) for _, chunk in jobs)
+        self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += written
+        self.stats.prefill_s += time.perf_counter() - t0
+        return written
+
+    def _flush_copies(self) -> None:
+        if self.pages.copies:
+            self.runner.copy_pages(self.pages.copies)
+            self.pages.copies = []
+
+    def _ensure_decode_pages(self) -> list[Seq]:
+        """Pages for every running slot's next round trip, preempting the newest sequences when
+        the pool runs short; returns the slots that will decode."""
+        ps, steps = self.cfg.page_size, self.cfg.decode_steps
+        for seq in sorted(self._running(), key=lambda s: s.order):
+            while seq.state == RUNNING:
+                pages = self.pages.alloc(seq.pages_for(seq.length + min(steps, seq.budget), ps),
+                                         self.slots)
+                if pages is not None:
+                    seq.pages.extend(pages)
+                    break
+                victim = choose_victim(self.seqs.values(), spare=seq)
+                if victim is None:
+                    raise RuntimeError("rollout engine: shared prompt prefixes fill the page "
+                                       "pool; raise rollout.kv_pages")
+                self._preempt(victim)
+        return self._running()
+
+    def _running(self) -> list[Seq]:
+        return [s for s in self.slots if s is not None and s.state == RUNNING]
+
+    def _run_decode(self) -> bool:
+        """One decode round trip of the running slots; False when none was running."""
+        running = self._ensure_decode_pages()
+        if not running:
+            return False
+        t0 = time.perf_counter()
+        out = self.runner.decode(running, stop_width=self._stop_width,
+                                 return_early=bool(self.waiting), sampling=self.cfg.sampling)
+        self.stats.decode_calls += 1
+        self.stats.slot_steps += out.steps * self.cfg.num_slots
+        self.stats.row_steps += out.steps * out.rows
+        self.stats.token_steps += int(out.count.sum())
+        for i, seq in enumerate(running):
+            k = int(out.count[i])
+            # A pause token also stops the slot on the device; only stop tokens finish it.
+            finished = (bool(out.stopped[i]) and k > 0
+                        and int(out.tokens[i, k - 1]) in seq.request.stop_tokens)
+            reason = seq.take(out.tokens[i, :k], out.logprobs[i, :k], out.values[i, :k],
+                              finished, self.version)
+            if reason == "pause":
+                self._pause(seq)
+            elif reason is not None:
+                self._finish(seq, reason)
+        self.stats.decode_s += time.perf_counter() - t0
+        return True
+
+    # ------------------------------------------------------------------ leaving a slot
+
+    def _pause(self, seq: Seq) -> None:
+        """The sequence leaves its slot and keeps its pages until `resume` or `release`."""
+        self._events.append(seq.event("paused", "pause"))
+        self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
+        seq.matcher = None
+
+    def _finish(self, seq: Seq, reason: str) -> None:
+        self._events.append(seq.event("finished", reason))
+        self._drop(seq)
+
+    def _drop(self, seq: Seq) -> None:
+        """Frees everything the sequence holds and forgets it."""
+        if seq.slot >= 0:
+            self.slots[seq.slot] = None
+        if seq.state == WAITING:
+            self.waiting.remove(seq)
+        self.pages.free(seq)
+        del self.seqs[seq.request.request_id]
+        self.stats.pages_in_use = self.pages.pool.in_use
+
+    def _preempt(self, seq: Seq) -> None:
+        """Frees a sequence's pages; it is queued first and recomputes its context later. Its
+        tokens are kept, and the next token's key depends only on its position, so the result
+        is the one it would have had."""
+        self.stats.preemptions += 1
+        self.pages.free(seq)
+        if seq.slot >= 0:
+            self.slots[seq.slot], seq.slot = None, -1
+        if seq.state not in (PAUSED, WAITING):
+            seq.state = WAITING
+            self.waiting.appendleft(seq)
