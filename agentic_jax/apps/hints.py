@@ -9,6 +9,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow
@@ -37,7 +38,7 @@ def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MA
                    time_budget_s: float | None = HINT_BUDGET_S,
                    slots: threading.BoundedSemaphore | None = None):
     """A `grade_rows` hint function: one greedy episode per wrong row on ``worker`` (a
-    `agentic_jax.serve.BatchWorker`); the hint is the episode's transcript.
+    `agentic_jax.serve.RolloutWorker`); the hint is the episode's transcript.
 
     One call is one upload, and the worker's queue is shared with every other client, so an
     upload gets a budget: each hint holds one of ``slots`` (default: `hint_slots` of its own)
@@ -52,7 +53,8 @@ def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MA
 
     def hints(graded: Sequence[Any], rows: Sequence[HomeworkRow]) -> list[str]:
         deadline = math.inf if time_budget_s is None else time.monotonic() + time_budget_s
-        pending: list[cf.Future | str] = []  # a hint on its way, or why the row gets none
+        # A hint on its way (its future and the worker's ticket), or why the row gets none.
+        pending: list[tuple[cf.Future, Any] | str] = []
         for g, row in zip(graded, rows):
             if max_hints is not None and len(pending) >= max_hints:
                 pending.append(f"(no hint: at most {max_hints} hints per upload)")
@@ -65,15 +67,18 @@ def policy_hint_fn(worker: Any, max_tokens: int = 96, max_hints: int | None = MA
                       max_new_tokens=max(1, min(max_tokens, worker.max_length - len(prompt))),
                       on_update=lambda *_: None,
                       on_finish=lambda eps, err, f=future: _finish(f, slots, eps, err))
-            submitted = _submit(worker, job, slots, deadline)
-            pending.append(future if submitted else _OVER_TIME.format(time_budget_s))
-        return [p if isinstance(p, str) else _hint_result(worker, p, deadline, max_tokens,
+            ticket = _submit(worker, job, slots, deadline)
+            pending.append((future, ticket) if ticket is not None
+                           else _OVER_TIME.format(time_budget_s))
+        return [p if isinstance(p, str) else _hint_result(worker, *p, deadline, max_tokens,
                                                           time_budget_s) for p in pending]
 
     return hints
 
 
 _OVER_TIME = "(no hint: the upload's {:g} s for hints ran out)"
+# A worker whose submit returns no ticket (nothing to cancel).
+_NO_TICKET = SimpleNamespace(cancel=lambda: None)
 
 
 def _finish(future: cf.Future, slots: threading.BoundedSemaphore, episodes, error) -> None:
@@ -81,20 +86,20 @@ def _finish(future: cf.Future, slots: threading.BoundedSemaphore, episodes, erro
     future.set_result((episodes, error))
 
 
-def _submit(worker: Any, job: Any, slots: threading.BoundedSemaphore, deadline: float) -> bool:
+def _submit(worker: Any, job: Any, slots: threading.BoundedSemaphore, deadline: float) -> Any:
     """Submits ``job`` holding one of ``slots`` (released when it finishes), waiting for a slot
-    and for room in the queue until ``deadline`` at most; False when it could not."""
+    and for room in the queue until ``deadline`` at most; its ticket, or None when it could
+    not."""
     from agentic_jax.serve.worker import QueueFull
 
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return False
+            return None
         if not slots.acquire(timeout=min(left, 1.0)):
             continue
         try:
-            worker.submit(job)
-            return True
+            return worker.submit(job) or _NO_TICKET
         except QueueFull:  # other clients' requests fill it: wait, then try again
             slots.release()
             time.sleep(min(left, 0.05))
@@ -103,12 +108,13 @@ def _submit(worker: Any, job: Any, slots: threading.BoundedSemaphore, deadline: 
             raise
 
 
-def _hint_result(worker: Any, future: cf.Future, deadline: float, max_tokens: int,
-                 time_budget_s: float | None) -> str:
+def _hint_result(worker: Any, future: cf.Future, ticket: Any, deadline: float,
+                 max_tokens: int, time_budget_s: float | None) -> str:
     try:
         left = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
         episodes, error = future.result(timeout=left)
     except cf.TimeoutError:
+        ticket.cancel()  # its episode stops using the engine now
         return _OVER_TIME.format(time_budget_s)
     return _hint_text(worker, episodes, error, max_tokens)
 
@@ -128,10 +134,10 @@ def hint_session(workdir: str | None, max_tokens: int) -> Iterator[Any]:
         return
     from agentic_jax.serve.loading import load_policy
     from agentic_jax.serve.schema import ServeLimits
-    from agentic_jax.serve.worker import BatchWorker
+    from agentic_jax.serve.worker import RolloutWorker
 
     loaded = load_policy(None, workdir)
-    worker = BatchWorker(loaded.policy, ServeLimits(max_queue=1024))
+    worker = RolloutWorker(loaded.policy, ServeLimits(max_queue=1024))
     try:
         yield policy_hint_fn(worker, max_tokens, max_hints=None, time_budget_s=None)
     finally:

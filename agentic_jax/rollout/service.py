@@ -39,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from agentic_jax.rollout import tools as text_tools
-from agentic_jax.rollout.environment import Call, Feedback, Tool, ToolSet
+from agentic_jax.rollout.environment import Call, Tool, ToolSet
 from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
 from agentic_jax.utils.timing import PhaseTimer
@@ -72,7 +72,6 @@ class Live:
     tool_started: float = 0.0
     state: dict = dataclasses.field(default_factory=dict)   # the tools' per-episode memory
     output: list[int] = dataclasses.field(default_factory=list)  # READY: tokens to append
-    feedback: Feedback | None = None
 
     @property
     def length(self) -> int:
@@ -107,6 +106,7 @@ class RolloutService:
         self._next = 0
         self._inbox: collections.deque[tuple[str, int, Any]] = collections.deque()
         self._wake = threading.Condition()
+        self._interrupted = False
 
     # ------------------------------------------------------------------ any thread
 
@@ -134,6 +134,13 @@ class RolloutService:
         """Ends an episode at the next round, wherever it is (no result is returned for it)."""
         with self._wake:
             self._inbox.append(("abort", handle, None))
+            self._wake.notify_all()
+
+    def interrupt(self) -> None:
+        """Makes a `step` that waits for a tool call return at once (its caller has work to
+        hand in, e.g. a new request)."""
+        with self._wake:
+            self._interrupted = True
             self._wake.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -265,8 +272,9 @@ class RolloutService:
         if not self.engine.has_work and not any(r.phase is Phase.READY
                                                 for r in self.live.values()):
             with self.timer("tool_wait_s"), self._wake:
-                self._wake.wait_for(lambda: bool(self._inbox)
+                self._wake.wait_for(lambda: bool(self._inbox) or self._interrupted
                                     or any(r.tool.done() for r in running))
+                self._interrupted = False
         for live in running:
             if live.tool.done():
                 self._tool_finished(live)

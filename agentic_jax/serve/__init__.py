@@ -7,7 +7,7 @@ JSON routes and a web page, on one worker thread that batches concurrent request
 from agentic_jax.serve.app import Service, create_app
 from agentic_jax.serve.loading import LoadedPolicy, load_policy
 from agentic_jax.serve.schema import ChatRequest, ServeLimits
-from agentic_jax.serve.worker import BatchWorker, Job, QueueFull
+from agentic_jax.serve.worker import RolloutWorker, Job, QueueFull
 
-__all__ = ["BatchWorker", "ChatRequest", "Job", "LoadedPolicy", "QueueFull", "ServeLimits",
+__all__ = ["RolloutWorker", "ChatRequest", "Job", "LoadedPolicy", "QueueFull", "ServeLimits",
            "Service", "create_app", "load_policy"]

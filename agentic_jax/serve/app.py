@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from agentic_jax.serve import completions, tools_api
 from agentic_jax.serve.boundary import BrowserBoundary, allowed_hosts
 from agentic_jax.serve.schema import RequestError, ServeLimits, error_response
-from agentic_jax.serve.worker import BatchWorker
+from agentic_jax.serve.worker import RolloutWorker
 
 PAGE = pathlib.Path(__file__).with_name("static") / "index.html"
 
@@ -37,7 +37,7 @@ class Service:
     """What the routes share: the policy, its worker thread and the tools' resources."""
 
     policy: Any
-    worker: BatchWorker
+    worker: RolloutWorker
     limits: ServeLimits
     model_name: str
     tools: tools_api.ToolResources
@@ -46,7 +46,7 @@ class Service:
     @classmethod
     def start(cls, policy: Any, limits: ServeLimits, *, model_name: str = "agentic_jax",
               seed: int = 0) -> Service:
-        worker = BatchWorker(policy, limits, seed=seed)
+        worker = RolloutWorker(policy, limits, seed=seed)
         return cls(policy=policy, worker=worker, limits=limits, model_name=model_name,
                    tools=tools_api.ToolResources(policy, worker, seed=seed))
 
@@ -85,7 +85,7 @@ def create_app(service: Service, hosts: frozenset[str] | None = None) -> FastAPI
         w = service.worker
         return {"status": "ok", "model": service.model_name, "queued": w.queued,
                 "max_length": w.max_length, "uptime_s": round(time.time() - service.started, 1),
-                "batches": w.stats.as_dict()}
+                "worker": w.stats.as_dict()}
 
     @app.get("/v1/models")
     async def models():

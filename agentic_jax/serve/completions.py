@@ -1,5 +1,7 @@
 """``POST /v1/chat/completions``: a validated request becomes a worker `Job`; its episodes come
-back as one JSON reply or as server-sent events (OpenAI chunks, then ``data: [DONE]``)."""
+back as one JSON reply or as server-sent events (OpenAI chunks, then ``data: [DONE]``). A client
+that disconnects, or a request past ``request_timeout_s`` (504), cancels its job: its episodes
+leave the engine at the next step."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pydantic
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import chat
@@ -64,14 +66,19 @@ async def chat_completions(service: Any, request: Request):
               max_new_tokens=max_new, on_update=stream.on_update, on_finish=stream.on_finish,
               seed=chat_request.seed)
     try:
-        worker.submit(job)
+        ticket = worker.submit(job)
     except QueueFull as err:
         raise RequestError(429, f"server busy: {err}", kind="rate_limit_error") from None
-    reply = _Reply(service, chat_request, len(prompt), max_new)
+    reply = _Reply(service, chat_request, len(prompt), max_new, ticket)
     if chat_request.stream:
         return StreamingResponse(reply.events(stream), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return await reply.whole(stream)
+    try:
+        return await reply.whole(stream, request)
+    except _ClientGone:
+        return Response(status_code=499)  # nobody reads it; the job is cancelled
+    finally:
+        ticket.cancel()  # a no-op once the job finished
 
 
 class _Stream:
@@ -96,9 +103,18 @@ class _Stream:
             pass
 
 
+class _ClientGone(Exception):
+    """The client closed the connection before its reply was ready."""
+
+
+# How often a waiting non-streaming reply checks that its client is still there (seconds).
+DISCONNECT_POLL_S = 0.25
+
+
 class _Reply:
-    def __init__(self, service: Any, request: ChatRequest, prompt_tokens: int, max_new: int):
-        self.service, self.request = service, request
+    def __init__(self, service: Any, request: ChatRequest, prompt_tokens: int, max_new: int,
+                 ticket: Any):
+        self.service, self.request, self.ticket = service, request, ticket
         self.prompt_tokens, self.max_new = prompt_tokens, max_new
         self.cid, self.created = chat.completion_id(), int(time.time())
         self.deadline = time.monotonic() + service.limits.request_timeout_s
@@ -107,17 +123,26 @@ class _Reply:
         return chat.choice_text(tokens, mask, self.service.decode, max_new_tokens=self.max_new,
                                 stops=self.request.stops(), episode_reason=reason)
 
-    async def _next(self, stream: _Stream):
-        left = self.deadline - time.monotonic()
-        try:
-            return await asyncio.wait_for(stream.queue.get(), timeout=max(left, 0.001))
-        except TimeoutError:
-            raise RequestError(504, f"no reply within {self.service.limits.request_timeout_s}"
-                               " s", kind="timeout_error") from None
-
-    async def whole(self, stream: _Stream) -> JSONResponse:
+    async def _next(self, stream: _Stream, http: Request | None = None):
+        """The stream's next item; 504 past the deadline, `_ClientGone` when ``http``'s client
+        has disconnected (checked every `DISCONNECT_POLL_S`)."""
         while True:
-            item = await self._next(stream)
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.ticket.cancel()
+                raise RequestError(504, f"no reply within "
+                                   f"{self.service.limits.request_timeout_s} s",
+                                   kind="timeout_error")
+            wait = left if http is None else min(left, DISCONNECT_POLL_S)
+            try:
+                return await asyncio.wait_for(stream.queue.get(), timeout=max(wait, 0.001))
+            except TimeoutError:
+                if http is not None and await http.is_disconnected():
+                    raise _ClientGone() from None
+
+    async def whole(self, stream: _Stream, http: Request | None = None) -> JSONResponse:
+        while True:
+            item = await self._next(stream, http)
             if item[0] == "finish":
                 break
         _, episodes, error = item
@@ -132,6 +157,13 @@ class _Reply:
     async def events(self, stream: _Stream) -> AsyncIterator[str]:
         """SSE: a role chunk per choice, content deltas as episodes grow, a finish chunk per
         choice, a usage chunk when ``stream_options.include_usage``, then [DONE]."""
+        try:
+            async for event in self._events(stream):
+                yield event
+        finally:  # the client went away, or the reply is complete: either way stop the job
+            self.ticket.cancel()
+
+    async def _events(self, stream: _Stream) -> AsyncIterator[str]:
         n, model = self.request.n, self.service.model_name
         sent, finished = [""] * n, [None] * n
         last: list[chat.ChoiceText | None] = [None] * n

@@ -1,14 +1,22 @@
-"""One background thread owns the policy and batches concurrent requests into the engine.
+"""One background thread drives the open rollout loop (`agentic_jax.rollout.RolloutService`)
+that every request of the server shares.
 
-The rollout engine holds one batch at a time, so HTTP handlers never touch it: they `submit` a
-`Job` (a prompt, its n choices, sampling settings, a completion-token limit and callbacks) and
-the worker thread collects the jobs waiting when it is free — up to ``max_batch_rows``
-episodes, each row with its job's own temperature / top-p and, when the job gives one, its own
-seed — into one `AgentLoop.run`. Jobs that arrive during a run wait for the next one; the
-queue is bounded (`QueueFull`).
+HTTP handlers never touch the engine: they `submit` a `Job` (a prompt, its n choices, sampling
+settings, a completion-token limit and callbacks) and get a `Ticket` back. The thread admits
+queued jobs into the running loop between engine steps — a request that arrives while others
+decode starts at the next step, and a short one finishes while a long one runs — up to
+``max_batch_rows`` episodes at once (more wait in a bounded queue: `QueueFull`). When the loop
+is idle, the first job waits ``batch_wait_ms`` for others so that they prefill together.
+`Ticket.cancel()` (a client that went away, a request past its timeout) aborts the job's
+episodes: their pages are freed at the next step and their queued tool calls dropped.
+
+Each choice samples with its own key: ``fold_in(key(seed), c)`` when the job gives a seed
+(so its reply does not depend on what else runs), else a key of the server's own sequence.
+Temperature and top-p are per episode; top-k is one for the engine, so a job with another
+top-k waits until the running episodes have finished (and holds the queue behind it).
 
 Callbacks run on the worker thread: ``on_update(choice, episode, kind)`` as an episode grows
-(the `AgentLoop` hook: "model", "tool", "done") and ``on_finish(episodes, error)`` once.
+("model", "tool", "done") and ``on_finish(episodes, error)`` once (episodes in choice order).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from agentic_jax.rollout import Episode, RowSpec, SamplingParams, ToolController
 from agentic_jax.serve.schema import ServeLimits
@@ -36,11 +45,14 @@ class QueueFull(Exception):
     """The worker's queue holds ``max_queue`` jobs already."""
 
 
+class Cancelled(Exception):
+    """The job was cancelled before it finished."""
+
+
 @dataclasses.dataclass
 class Job:
     """One request: ``n`` episodes of ``prompt`` (token ids), each cut at ``max_new_tokens``
-    response tokens by the caller (a batch runs to its longest job's limit). With ``seed``,
-    choice c samples with ``fold_in(key(seed), c)``, whatever else shares its batch."""
+    response tokens. With ``seed``, choice c samples with ``fold_in(key(seed), c)``."""
 
     prompt: Sequence[int]
     n: int
@@ -52,34 +64,60 @@ class Job:
     seed: int | None = None
 
 
+class Ticket:
+    """A submitted job: `cancel()` ends it wherever it is (queued or running)."""
+
+    def __init__(self, worker: RolloutWorker, job: Job):
+        self._worker, self.job = worker, job
+        self.handles: list[int] = []
+        self.episodes: list[Episode | None] = [None] * job.n
+        self.left = job.n
+        self.done = False
+
+    def cancel(self) -> None:
+        self._worker.cancel(self)
+
+
 @dataclasses.dataclass
 class WorkerStats:
-    """Counters since start; ``recent_batches`` holds the request count of the latest runs."""
+    """Counters since start. An admission is one step's intake of jobs; ``recent_admissions``
+    holds the job count of the latest ones."""
 
-    runs: int = 0
+    admissions: int = 0
     requests: int = 0
     rows: int = 0
-    max_batch_requests: int = 0
+    cancelled: int = 0
+    max_live_rows: int = 0
+    steps: int = 0
     busy_s: float = 0.0
-    recent_batches: collections.deque = dataclasses.field(
+    recent_admissions: collections.deque = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=64))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "requests": self.requests, "rows": self.rows,
-                "max_batch_requests": self.max_batch_requests, "busy_s": round(self.busy_s, 3),
-                "recent_batches": list(self.recent_batches)}
+        return {"admissions": self.admissions, "requests": self.requests, "rows": self.rows,
+                "cancelled": self.cancelled, "max_live_rows": self.max_live_rows,
+                "steps": self.steps, "busy_s": round(self.busy_s, 3),
+                "recent_admissions": list(self.recent_admissions)}
 
 
-class BatchWorker:
+class RolloutWorker:
     """The thread that runs every rollout of ``policy`` (an `agentic_jax.rl.builders.Policy`)."""
 
     def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
         self.policy, self.limits = policy, limits
         self.stats = WorkerStats()
-        self._pending: collections.deque[Job] = collections.deque()
+        e = policy.cfg.environment
+        self.agent = policy.agent(ToolController(max_tool_calls=e.max_tool_calls,
+                                                 timeout_ms=e.timeout, mode="fixed"))
+        self.service = self.agent.service
+        self._pending: collections.deque[Ticket] = collections.deque()
+        self._running: dict[int, tuple[Ticket, int]] = {}   # handle -> (ticket, choice)
+        self._live_rows = 0
         self._cond = threading.Condition()
         self._closed = False
         self._root = jax.random.key(seed)
+        self._unseeded = 0
+        self.policy.engine.set_sampling(policy.agent_cfg.sampling)
         self._thread = threading.Thread(target=self._loop, name="rollout-worker", daemon=True)
         self._thread.start()
 
@@ -93,109 +131,155 @@ class BatchWorker:
         with self._cond:
             return len(self._pending)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job) -> Ticket:
         if job.n > self.limits.max_batch_rows:
             raise ValueError(f"n: at most {self.limits.max_batch_rows}, got {job.n}")
         if not 0 < len(job.prompt) < self.max_length:
             raise ValueError(f"prompt: {len(job.prompt)} tokens; expected 1 to "
                              f"{self.max_length - 1}")
+        ticket = Ticket(self, job)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the rollout worker is closed")
             if len(self._pending) >= self.limits.max_queue:
                 raise QueueFull(f"{len(self._pending)} requests are queued; retry later")
-            self._pending.append(job)
+            self._pending.append(ticket)
             self._cond.notify_all()
+        self.service.interrupt()  # a step waiting for a tool call returns to admit it
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Ends a job: dropped from the queue, or its episodes aborted (pages freed at the
+        next step); its ``on_finish`` gets `Cancelled`. Nothing happens once it finished."""
+        with self._cond:
+            if ticket.done:
+                return
+            ticket.done = True
+            self.stats.cancelled += 1
+            if ticket in self._pending:
+                self._pending.remove(ticket)
+            for handle in ticket.handles:
+                if self._running.pop(handle, None) is not None:
+                    self._live_rows -= 1
+                    self.service.abort(handle)
+            self._cond.notify_all()
+        ticket.job.on_finish(None, Cancelled("the request was cancelled"))
 
     def close(self) -> None:
-        """Stops after the current run; jobs still queued finish with an error."""
+        """Stops the thread; queued and running jobs finish with an error."""
         with self._cond:
             self._closed = True
             left, self._pending = list(self._pending), collections.deque()
             self._cond.notify_all()
-        for job in left:
-            job.on_finish(None, RuntimeError("the server is shutting down"))
+        self.service.interrupt()  # the thread may wait for a tool call
         self._thread.join()
+        for ticket in left:
+            ticket.job.on_finish(None, RuntimeError("the server is shutting down"))
 
     # ------------------------------------------------------------------ the thread
 
     def _loop(self) -> None:
         while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            self._run(batch)
+            with self._cond:
+                while not (self._closed or self._pending or self._running
+                           or self.service.busy):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                idle = not self._running
+            if idle:
+                self._gather()
+            self._admit()
+            started = time.perf_counter()
+            try:
+                finished = self.service.step()
+            except Exception as err:  # one bad step must not stop the server
+                logger.exception("rollout step failed")
+                self._fail_running(err)
+                continue
+            finally:
+                self.stats.busy_s += time.perf_counter() - started
+                self.stats.steps += 1
+            for handle, episode in finished:
+                self._episode_done(handle, episode)
+        self._fail_running(RuntimeError("the server is shutting down"))
 
-    def _next_batch(self) -> list[Job] | None:
-        """Waits for a job, then ``batch_wait_ms`` (or until the batch is full) for others;
-        takes, in arrival order, the jobs with the first one's tool mode and top-k that fit."""
+    def _gather(self) -> None:
+        """With nothing running: waits ``batch_wait_ms`` after the first job (or until the
+        queue holds max_batch_rows episodes) so that jobs arriving together start together."""
+        deadline = time.monotonic() + self.limits.batch_wait_ms / 1e3
         with self._cond:
-            while not self._pending and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            deadline = time.monotonic() + self.limits.batch_wait_ms / 1e3
-            while (sum(j.n for j in self._pending) < self.limits.max_batch_rows
+            while (sum(t.job.n for t in self._pending) < self.limits.max_batch_rows
                    and (left := deadline - time.monotonic()) > 0 and not self._closed):
                 self._cond.wait(left)
-            if self._closed:
-                return None
-            key = _batch_key(self._pending[0])
-            batch, rest, rows = [], collections.deque(), 0
-            for job in self._pending:
-                if _batch_key(job) == key and rows + job.n <= self.limits.max_batch_rows:
-                    batch.append(job)
-                    rows += job.n
-                else:
-                    rest.append(job)
-            self._pending = rest
-            return batch
 
-    def _run(self, batch: list[Job]) -> None:
-        """One `AgentLoop.run` over every choice of ``batch``; errors go to the jobs."""
-        owners = [(job, choice) for job in batch for choice in range(job.n)]
-        policy, first = self.policy, batch[0]
-        max_length = min(self.max_length, max(len(j.prompt) + j.max_new_tokens for j in batch))
-        e = policy.cfg.environment
-        controller = ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
-                                    mode="fixed" if first.tools else "forbidden")
-        agent = policy.agent(controller, dataclasses.replace(
-            policy.agent_cfg, sampling=first.sampling, max_length=max_length))
-        specs = [RowSpec(list(j.prompt), sampling=j.sampling,
-                         key=None if j.seed is None else jax.random.fold_in(
-                             jax.random.key(j.seed), choice))
-                 for j, choice in owners]
+    def _admit(self) -> None:
+        """Moves queued jobs into the loop, in arrival order, while their episodes fit."""
+        admitted = []
+        with self._cond:
+            while self._pending:
+                ticket = self._pending[0]
+                job = ticket.job
+                if self._live_rows + job.n > self.limits.max_batch_rows:
+                    break
+                top_k = self.policy.engine.cfg.sampling.top_k
+                if job.sampling.top_k != top_k:
+                    if self._running or self.service.busy:
+                        break
+                    self.policy.engine.set_sampling(dataclasses.replace(
+                        self.policy.engine.cfg.sampling, top_k=job.sampling.top_k))
+                self._pending.popleft()
+                self._start(ticket)
+                admitted.append(ticket)
+        if admitted:
+            s = self.stats
+            s.admissions += 1
+            s.requests += len(admitted)
+            s.rows += sum(t.job.n for t in admitted)
+            s.max_live_rows = max(s.max_live_rows, self._live_rows)
+            s.recent_admissions.append(len(admitted))
 
-        def hook(b: int, episode: Episode, kind: str) -> None:
-            job, choice = owners[b]
-            job.on_update(choice, episode, kind)
+    def _start(self, ticket: Ticket) -> None:
+        job = ticket.job
+        max_length = min(self.max_length, len(job.prompt) + job.max_new_tokens)
+        if job.seed is not None:
+            base = jax.random.key(job.seed)
+        else:
+            base, self._unseeded = jax.random.fold_in(self._root, self._unseeded), \
+                self._unseeded + 1
+        for choice in range(job.n):
+            spec = RowSpec(list(job.prompt), tools=job.tools, max_length=max_length)
+            episode = self.agent.new_episode(choice, spec)
+            key = np.asarray(jax.random.key_data(jax.random.fold_in(base, choice)))
+            handle = self.service.submit(
+                episode, key, max_length=max_length, sampling=job.sampling,
+                on_update=lambda ep, kind, c=choice: job.on_update(c, ep, kind))
+            ticket.handles.append(handle)
+            self._running[handle] = (ticket, choice)
+            self._live_rows += 1
 
-        started = time.perf_counter()
-        rng = jax.random.fold_in(self._root, self.stats.runs)
-        try:
-            result = agent.run(specs, rng, on_update=hook)
-        except Exception as err:  # one bad batch must not stop the server
-            logger.exception("rollout of %d requests failed", len(batch))
-            for job in batch:
-                job.on_finish(None, err)
-            return
-        finally:
-            self._count(batch, len(owners), time.perf_counter() - started)
-        start = 0
-        for job in batch:
-            job.on_finish(result.episodes[start:start + job.n], None)
-            start += job.n
+    def _episode_done(self, handle: int, episode: Episode) -> None:
+        with self._cond:
+            owner = self._running.pop(handle, None)
+            if owner is None:       # cancelled in the meantime
+                return
+            self._live_rows -= 1
+            ticket, choice = owner
+            ticket.episodes[choice] = episode
+            ticket.left -= 1
+            if ticket.left or ticket.done:
+                return
+            ticket.done = True
+        ticket.job.on_finish(list(ticket.episodes), None)
 
-    def _count(self, batch: list[Job], rows: int, seconds: float) -> None:
-        s = self.stats
-        s.runs += 1
-        s.requests += len(batch)
-        s.rows += rows
-        s.busy_s += seconds
-        s.max_batch_requests = max(s.max_batch_requests, len(batch))
-        s.recent_batches.append(len(batch))
-
-
-def _batch_key(job: Job) -> tuple:
-    # Temperature and top-p are per row in the engine; top-k is one static per batch.
-    return (job.sampling.top_k, job.tools)
+    def _fail_running(self, err: BaseException) -> None:
+        """Ends every running job with ``err`` (the loop is reset; queued jobs stay)."""
+        with self._cond:
+            tickets = {t for t, _ in self._running.values() if not t.done}
+            self._running.clear()
+            self._live_rows = 0
+            for ticket in tickets:
+                ticket.done = True
+        self.service.close()
+        for ticket in tickets:
+            ticket.job.on_finish(None, err)

@@ -13,7 +13,7 @@ from agentic_jax.serve import QueueFull, ServeLimits
 
 
 class _Worker:
-    """The `BatchWorker` surface hints use; a thread finishes one job per ``step_s`` (or none
+    """The `RolloutWorker` surface hints use; a thread finishes one job per ``step_s`` (or none
     with ``step_s=None``), and the most jobs queued at once is recorded."""
 
     def __init__(self, max_queue: int, step_s: float | None = 0.002):

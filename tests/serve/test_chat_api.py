@@ -86,9 +86,9 @@ def test_concurrent_requests_share_one_batch(tiny_policy):
         with cf.ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(lambda _: _post(url, request), range(4)))
         assert [r.status_code for r in replies] == [200] * 4
-        stats = httpx.get(f"{url}/health").json()["batches"]
-    # The batch filled up (4 rows) before the wait ran out: one engine run for all four.
-    assert stats["runs"] == 1 and stats["recent_batches"] == [4]
+        stats = httpx.get(f"{url}/health").json()["worker"]
+    # The rows filled up (4) before the wait ran out: all four entered the engine together.
+    assert stats["admissions"] == 1 and stats["recent_admissions"] == [4]
 
 
 @pytest.mark.parametrize("body, status, param", [

@@ -1,5 +1,5 @@
-"""Requests with different temperatures share one engine run, and a request's seed fixes its
-reply whatever else shares the batch."""
+"""Requests with different temperatures run in the engine together, and a request's seed fixes
+its reply whatever else runs beside it."""
 
 import concurrent.futures as cf
 
@@ -25,7 +25,7 @@ def test_mixed_temperatures_share_a_run_and_seeds_repeat(tiny_policy):
         others = [dict(seeded, temperature=t, seed=None) for t in (0.0, 0.5, 1.5)]
         with cf.ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(lambda body: _post(url, body), [seeded] + others))
-        stats = httpx.get(f"{url}/health").json()["batches"]
+        stats = httpx.get(f"{url}/health").json()["worker"]
     assert replies[0] == alone
-    # Four requests with four temperatures: one engine run (the first run was `alone`).
-    assert stats["runs"] == 2 and stats["recent_batches"] == [1, 4]
+    # Four requests with four temperatures enter the engine together (the first was `alone`).
+    assert stats["admissions"] == 2 and stats["recent_admissions"] == [1, 4]
