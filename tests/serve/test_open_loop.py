@@ -1,0 +1,73 @@
+"""The server's rollouts are one open loop: a short request finishes while a long one runs, and a
+request whose client disconnects or whose time runs out leaves the engine at once."""
+
+import concurrent.futures as cf
+import time
+
+import httpx
+
+from agentic_jax.serve import ServeLimits
+from tests.serve.serve_testing import live_server
+
+MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
+# Greedy decoding of the tiny policy runs to the token limit on this prompt.
+LONG = {"messages": MESSAGES, "max_tokens": 70, "temperature": 0}
+SHORT = {"messages": MESSAGES, "max_tokens": 2, "temperature": 0}
+
+
+def _post(url, body, timeout=120):
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout)
+
+
+def _until(predicate, limit_s=30.0):
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_a_short_request_finishes_while_a_long_one_runs(tiny_policy):
+    with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
+        _post(url, LONG)                       # compiles what both requests use
+        with cf.ThreadPoolExecutor(1) as pool:
+            long = pool.submit(_post, url, LONG)
+            _until(lambda: service.worker.stats.requests >= 2)   # the long one is running
+            short = _post(url, SHORT)
+            assert short.status_code == 200
+            assert not long.done(), "the short request waited for the long one"
+            assert long.result().json()["usage"]["completion_tokens"] == 70
+        assert short.json()["usage"]["completion_tokens"] == 2
+
+
+def test_a_client_that_disconnects_cancels_its_episodes(tiny_policy):
+    with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
+        engine = service.worker.policy.engine
+        with httpx.stream("POST", f"{url}/v1/chat/completions",
+                          json=dict(LONG, stream=True), timeout=60) as reply:
+            next(reply.iter_lines())           # the episode is under way
+        _until(lambda: service.worker.stats.cancelled == 1)
+        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+        # The server goes on serving.
+        assert _post(url, SHORT).status_code == 200
+
+
+def test_a_non_streaming_client_that_disconnects_cancels_its_episodes(tiny_policy):
+    with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
+        engine = service.worker.policy.engine
+        try:
+            _post(url, LONG, timeout=0.5)
+        except httpx.TimeoutException:
+            pass                               # the client gave up and closed the connection
+        _until(lambda: service.worker.stats.cancelled == 1)
+        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+
+
+def test_a_request_past_its_timeout_is_504_and_leaves_the_engine(tiny_policy):
+    limits = ServeLimits(batch_wait_ms=0, request_timeout_s=0.5)
+    with live_server(tiny_policy, limits) as (url, service):
+        engine = service.worker.policy.engine
+        reply = _post(url, LONG)
+        assert reply.status_code == 504 and "no reply within" in reply.text
+        _until(lambda: service.worker.stats.cancelled == 1)
+        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+        assert service.worker.queued == 0
