@@ -1,24 +1,36 @@
-"""Benchmark the chat server: requests/s of concurrent requests (sharing the engine's batches)
-against the same requests sent one at a time, in the same run, on a live loopback server.
+"""Benchmark the chat server on a mix of short and long requests: how long a short request
+waits while long ones run, and the total throughput, at several numbers of concurrent clients.
 
-    python tools/bench_serve.py [--requests=8] [--max_tokens=48] [--workdir=RUN]
+    python tools/bench_serve.py [--clients=1,8,32] [--long_tokens=64] [--short_tokens=4]
+                                [--baseline=PATH_TO_OTHER_CHECKOUT] [--workdir=RUN]
 
-Without ``--workdir`` it serves the built-in tiny model as built (configs/math_ppo.py:smoke).
-Each mode first runs once unmeasured, so compilation is not counted. Prints requests/s,
-completion tokens/s and the engine batches each mode used, and the ratio.
+Serves the built-in tiny model as built (configs/math_ppo.py:smoke, greedy, so every request
+runs to its token limit) on a loopback uvicorn server, or ``--workdir``'s policy. First the
+solo latency of a short request (nothing else running); then, for each client count C, C
+clients each send ``--rounds`` requests back to back, every fourth of them long (the clients
+are staggered, so long ones run all the time). Prints, per C: short-request p50 / p99 latency,
+p99 over the solo latency, and completion tokens/s over all requests.
+
+``--baseline=DIR`` runs this same script on another checkout of the package (e.g. a worktree
+of an earlier commit) in a subprocess first, so the two servers are measured in one run on
+one machine, and prints the ratios. Each phase runs once unmeasured (compilation).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _policy(workdir: str | None):
@@ -48,56 +60,122 @@ def _serve(policy, limits):
     return f"http://127.0.0.1:{sock.getsockname()[1]}", service, server
 
 
-def _send(url: str, i: int, max_tokens: int) -> int:
+def _send(client, url: str, i: int, max_tokens: int) -> tuple[float, int]:
+    body = {"messages": [{"role": "user", "content": f"What is {i} + {i + 7}?"}],
+            "max_tokens": max_tokens, "temperature": 0}
+    start = time.perf_counter()
+    r = client.post(f"{url}/v1/chat/completions", json=body, timeout=1800)
+    r.raise_for_status()
+    return time.perf_counter() - start, r.json()["usage"]["completion_tokens"]
+
+
+def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: int) -> dict:
+    """C clients, each ``rounds`` requests back to back; request r of client c is long when
+    (r + c) % 4 == 0."""
     import httpx
 
-    body = {"messages": [{"role": "user", "content": f"What is {i} + {i + 7}?"}],
-            "max_tokens": max_tokens, "temperature": 1.0}
-    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
-    r.raise_for_status()
-    return r.json()["usage"]["completion_tokens"]
+    def client(c: int) -> list[tuple[bool, float, int]]:
+        out = []
+        with httpx.Client() as http:
+            for r in range(rounds):
+                long = (r + c) % 4 == 0
+                seconds, tokens = _send(http, url, 100 * c + r,
+                                        long_tokens if long else short_tokens)
+                out.append((long, seconds, tokens))
+        return out
 
-
-def _measure(url: str, service, n: int, max_tokens: int, concurrent: bool) -> dict:
-    runs_before = service.worker.stats.runs
     start = time.perf_counter()
-    if concurrent:
-        with cf.ThreadPoolExecutor(n) as pool:
-            tokens = sum(pool.map(lambda i: _send(url, i, max_tokens), range(n)))
-    else:
-        tokens = sum(_send(url, i, max_tokens) for i in range(n))
-    seconds = time.perf_counter() - start
-    return {"requests_per_s": n / seconds, "tokens_per_s": tokens / seconds,
-            "engine_runs": service.worker.stats.runs - runs_before, "seconds": seconds}
+    with cf.ThreadPoolExecutor(clients) as pool:
+        results = [x for xs in pool.map(client, range(clients)) for x in xs]
+    wall = time.perf_counter() - start
+    short = np.asarray([s for long, s, _ in results if not long])
+    return {"short_p50_s": float(np.percentile(short, 50)),
+            "short_p99_s": float(np.percentile(short, 99)),
+            "short_requests": int(short.size),
+            "long_requests": sum(long for long, _, _ in results),
+            "tokens_per_s": sum(t for _, _, t in results) / wall, "seconds": wall}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=8)
-    parser.add_argument("--max_tokens", type=int, default=48)
-    parser.add_argument("--workdir", default=None)
-    args = parser.parse_args(argv)
+def measure(args) -> dict:
+    import httpx
+
     from agentic_jax.serve import ServeLimits
 
+    clients = [int(c) for c in args.clients.split(",")]
     policy = _policy(args.workdir)
-    url, service, server = _serve(policy, ServeLimits(max_batch_rows=args.requests,
-                                                      batch_wait_ms=50))
+    limits = ServeLimits(max_batch_rows=max(clients), max_queue=4 * max(clients),
+                         batch_wait_ms=0)
+    url, service, server = _serve(policy, limits)
     try:
-        results = {}
-        for mode in ("sequential", "concurrent"):
-            _measure(url, service, args.requests, args.max_tokens, mode == "concurrent")
-            results[mode] = _measure(url, service, args.requests, args.max_tokens,
-                                     mode == "concurrent")
+        with httpx.Client() as http:
+            for tokens in (args.short_tokens, args.long_tokens):     # compile
+                _send(http, url, 0, tokens)
+            solo = [_send(http, url, i, args.short_tokens)[0] for i in range(args.solo)]
+        out = {"solo_short_s": float(np.median(solo)), "clients": {}}
+        for c in clients:
+            _mixed(url, c, 4, args.long_tokens, args.short_tokens)   # the shapes C needs
+            out["clients"][c] = _mixed(url, c, args.rounds, args.long_tokens,
+                                       args.short_tokens)
     finally:
         server.should_exit = True
         service.close()
         policy.close()
-    for mode, r in results.items():
-        print(f"{mode:>10}: {r['requests_per_s']:.2f} requests/s, {r['tokens_per_s']:.1f} "
-              f"completion tokens/s, {r['engine_runs']} engine runs, {r['seconds']:.1f} s")
-    ratio = results["concurrent"]["requests_per_s"] / results["sequential"]["requests_per_s"]
-    print(f"concurrent / sequential requests/s: {ratio:.2f}x "
-          f"({args.requests} requests, max_tokens {args.max_tokens})")
+    return out
+
+
+def _report(name: str, r: dict) -> None:
+    print(f"{name}: solo short request {r['solo_short_s'] * 1e3:.0f} ms")
+    for c, m in r["clients"].items():
+        print(f"  {int(c):>3} clients: short p50 {m['short_p50_s'] * 1e3:7.0f} ms, p99 "
+              f"{m['short_p99_s'] * 1e3:7.0f} ms = {m['short_p99_s'] / r['solo_short_s']:6.2f}x "
+              f"solo; {m['tokens_per_s']:7.1f} completion tokens/s "
+              f"({m['short_requests']} short, {m['long_requests']} long, "
+              f"{m['seconds']:.0f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--rounds", type=int, default=8, help="requests per client")
+    parser.add_argument("--long_tokens", type=int, default=64)
+    parser.add_argument("--short_tokens", type=int, default=4)
+    parser.add_argument("--solo", type=int, default=8, help="solo short requests timed")
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--baseline", default=None,
+                        help="another checkout of the package, measured first in a subprocess")
+    parser.add_argument("--json", default=None, help="write the figures here")
+    parser.add_argument("--package_root", default=HERE,
+                        help="the checkout whose agentic_jax is measured (this one)")
+    args = parser.parse_args(argv)
+
+    results = {}
+    if args.baseline:
+        with open(os.devnull, "w") as quiet:
+            forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
+                         if not a.startswith(("--baseline", "--json", "--package_root"))]
+            out = os.path.join("/tmp", f"bench_serve_baseline_{os.getpid()}.json")
+            root = os.path.abspath(args.baseline)
+            subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded,
+                            f"--json={out}", f"--package_root={root}"], check=True,
+                           env=dict(os.environ, PYTHONPATH=root), cwd=root, stderr=quiet)
+        with open(out) as f:
+            results["baseline"] = json.load(f)
+    sys.path.insert(0, os.path.abspath(args.package_root))
+    results["this"] = measure(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results["this"], f)
+        return 0
+    for name, r in results.items():
+        _report(name if name == "this" else f"baseline ({args.baseline})", r)
+    if "baseline" in results:
+        print("this / baseline:")
+        base, this = results["baseline"], results["this"]
+        for c in this["clients"]:
+            b, t = base["clients"][str(c)] if str(c) in base["clients"] else \
+                base["clients"][c], this["clients"][c]
+            print(f"  {int(c):>3} clients: short p99 {t['short_p99_s'] / b['short_p99_s']:.2f}x, "
+                  f"tokens/s {t['tokens_per_s'] / b['tokens_per_s']:.2f}x")
     return 0
 
 

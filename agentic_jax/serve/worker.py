@@ -118,6 +118,7 @@ class RolloutWorker:
         self._root = jax.random.key(seed)
         self._unseeded = 0
         self.policy.engine.set_sampling(policy.agent_cfg.sampling)
+        self.policy.engine.return_on_finish = True   # a finished reply leaves at once
         self._thread = threading.Thread(target=self._loop, name="rollout-worker", daemon=True)
         self._thread.start()
 

@@ -108,6 +108,17 @@ class Engine:
         return self.scheduler.abort(request_id)
 
     @property
+    def return_on_finish(self) -> bool:
+        """Whether a decode round trip ends as soon as one sequence finishes or pauses (lower
+        latency for short requests beside long ones, as a server wants; more host round trips).
+        Off: it ends early only when requests wait for a slot."""
+        return self.scheduler.return_on_finish
+
+    @return_on_finish.setter
+    def return_on_finish(self, value: bool) -> None:
+        self.scheduler.return_on_finish = bool(value)
+
+    @property
     def has_work(self) -> bool:
         """Whether `step` would advance anything (queued, prefilling or decoding sequences)."""
         return self.scheduler.has_work

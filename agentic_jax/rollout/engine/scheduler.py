@@ -29,6 +29,9 @@ class Scheduler:
         self.pages = PageManager(pool, cfg.page_size)
         self.stats = EngineStats(pool_pages=pool.num_pages, page_bytes=page_bytes)
         self.seqs: dict[Hashable, Seq] = {}
+        # End a decode round trip when any slot stops, not only when requests wait (serving:
+        # a finished request's reply leaves at once, at the cost of more round trips).
+        self.return_on_finish = False
         self.waiting: collections.deque[Seq] = collections.deque()
         self.slots: list[Seq | None] = [None] * cfg.num_slots
         self.version = 0
@@ -235,7 +238,7 @@ class Scheduler:
             return False
         t0 = time.perf_counter()
         out = self.runner.decode(running, stop_width=self._stop_width,
-                                 return_early=bool(self.waiting), sampling=self.cfg.sampling)
+                                 return_early=bool(self.waiting) or self.return_on_finish, sampling=self.cfg.sampling)
         self.stats.decode_calls += 1
         self.stats.slot_steps += out.steps * self.cfg.num_slots
         self.stats.row_steps += out.steps * out.rows
