@@ -3,12 +3,15 @@ the prepared children it hands over: writing the code, draining the output under
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
+import fcntl
 import json
 import os
 import select
 import socket
+import termios
 import time
 
 from agentic_jax.sandbox.output import OutputCapture
@@ -26,16 +29,11 @@ class PreparedChild:
     code_fd: int
     out_fds: list[int]
 
-    def close_code(self) -> None:
-        if self.code_fd >= 0:
-            os.close(self.code_fd)
-            self.code_fd = -1
-
     def close(self) -> None:
-        self.close_code()
-        for fd in self.out_fds:
-            os.close(fd)
-        self.out_fds = []
+        if self.code_fd >= 0:
+            for fd in (self.code_fd, *self.out_fds):
+                os.close(fd)
+        self.code_fd, self.out_fds = -1, []
 
 
 class Channel:
@@ -124,6 +122,13 @@ def write_all(fd: int, data: bytes, deadline: float) -> bool:
         except OSError:  # EPIPE: the child is gone
             return False
     return True
+
+
+def unread(fd: int) -> int:
+    """Bytes written into a pipe that its reader has not taken (FIONREAD works on either end)."""
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
 
 
 def drain(fds: list[int], sinks: list[OutputCapture], deadline: float) -> bool:

@@ -168,6 +168,7 @@ class Server:
         self._send({"exit": child.seq, "signal": sig, "timed_out": child.timed_out,
                     "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
                     "out_of_memory": oom})
+        self._top_up()  # a prepared child that died before it started is replaced
 
     def _fault(self, what: str) -> None:
         if not self.faulted:

@@ -89,6 +89,36 @@ def test_kill_of_each_process_level_mid_batch(level):
     assert _descendants() <= before
 
 
+def _children_when(box: Sandbox, count: int) -> list[int]:
+    """The worker's children once there are exactly ``count`` (they come and go)."""
+    deadline = time.monotonic() + 10
+    while len(children := _levels(box)["child"]) != count:
+        assert time.monotonic() < deadline, children
+        time.sleep(0.01)
+    return children
+
+
+@pytest.mark.parametrize("while_running", [False, True])
+def test_killing_every_child_fails_only_the_running_snippet(while_running):
+    """Children the server prepares ahead die before any code reaches them: the requests
+    they were to serve run on the next ones, and the worker is not replaced. Only the
+    snippet running when its own child is killed fails, once."""
+    before = _descendants()
+    with Sandbox(SandboxConfig(num_workers=1, timeout_ms=5000, cache_size=0)) as box:
+        probe(box)
+        running = box.submit("while True:\n    pass") if while_running else None
+        for pid in _children_when(box, 3 if while_running else 2):
+            os.kill(pid, signal.SIGKILL)
+        if running is not None:
+            killed = running.result(timeout=60)
+            assert killed.error == "SystemError" and "SIGKILL" in killed.message, killed
+        for i in range(4):
+            result = box.run(_work(i))
+            assert result.ok and result.stdout == _expected(i), result
+        assert box.stats()["restarts"] == 0
+    assert _descendants() <= before
+
+
 @pytest.mark.parametrize("level", ["server", "template", "child"])
 def test_sigstop_of_a_process_level_is_bounded(level):
     before = _descendants()
