@@ -10,9 +10,11 @@ pivots into, detaching the host's tree entirely:
     /proc                   the PID namespace's own, process entries only where the kernel
                             allows (``subset=pid``)
     /sys                    empty
-    /tmp/sandbox            the scratch root: one tmpfs per snippet is mounted below it
+    /tmp/sandbox            the scratch root: SCRATCH_SLOTS empty mount points, on each of
+                            which one snippet's own tmpfs is mounted at a time
 
-Everything is read-only except the scratch mounts. Because the host's tree is detached rather
+Everything is read-only except the snippets' own tmpfs mounts: nothing a snippet writes
+outlives it, reaches the next one or keeps the worker from making the next mount. Because the host's tree is detached rather
 than covered, a mount table read from /proc (``/proc/self/mounts``, ``mountinfo``) lists only
 these mounts, never the host's mount points.
 """
@@ -40,9 +42,11 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
              "stderr": "/proc/self/fd/2"}
 # Where the new root is assembled (a tmpfs over the host's /tmp, in this namespace only),
-# and the scratch root inside the view.
+# and the scratch root inside the view with its mount points: more than the worker ever holds
+# at once (the children it prepares ahead, the running one, those not yet reaped).
 STAGING = "/tmp"
 SCRATCH = "/tmp/sandbox"
+SCRATCH_SLOTS = 16
 
 _NO_EXEC = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
 
@@ -61,8 +65,8 @@ def import_paths() -> list[str]:
 
 
 def build() -> str:
-    """In a fresh mount namespace: assemble the view, pivot into it, detach the host's tree,
-    make everything read-only and mount the scratch root. Returns the scratch root.
+    """In a fresh mount namespace: assemble the view, pivot into it, detach the host's tree
+    and make everything read-only. Returns the scratch root.
 
     Must run in the PID namespace's first process so that the view's /proc shows only the
     worker's own processes. Raises OSError on failure.
@@ -81,8 +85,6 @@ def build() -> str:
     syscalls.umount(".")  # ... and is detached, with every mount below it
     os.chdir("/")
     syscalls.make_tree_readonly("/")
-    syscalls.mount("tmpfs", SCRATCH, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV,
-                   "size=64k,nr_inodes=1024,mode=0755")
     return SCRATCH
 
 
@@ -137,7 +139,8 @@ def _assemble(root: str, sources: dict[str, str], handles: dict[str, int]) -> No
     for name, link in DEV_LINKS.items():
         os.symlink(link, f"{root}/dev/{name}")
     os.makedirs(root + "/sys")
-    os.makedirs(root + SCRATCH)
+    for slot in range(SCRATCH_SLOTS):
+        os.makedirs(f"{root}{SCRATCH}/job{slot}")
 
 
 def _bind(fd: int, target: str, directory: bool, mode: int = 0o755) -> None:
