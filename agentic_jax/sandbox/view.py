@@ -14,9 +14,9 @@ pivots into, detaching the host's tree entirely:
                             which one snippet's own tmpfs is mounted at a time
 
 Everything is read-only except the snippets' own tmpfs mounts: nothing a snippet writes
-outlives it, reaches the next one or keeps the worker from making the next mount. Because the host's tree is detached rather
-than covered, a mount table read from /proc (``/proc/self/mounts``, ``mountinfo``) lists only
-these mounts, never the host's mount points.
+outlives it, reaches the next one or keeps the worker from making the next mount. Because the
+host's tree is detached rather than covered, a mount table read from /proc
+(``/proc/self/mounts``, ``mountinfo``) lists only these mounts, never the host's mount points.
 """
 
 from __future__ import annotations
