@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import fcntl
 import json
+import math
 import os
 import select
 import socket
@@ -60,7 +61,7 @@ class Channel:
 
     def _receive_one(self, deadline: float) -> dict | None:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([self.sock], [], [], remaining)[0]:
+        if remaining <= 0 or not ready(self.sock.fileno(), select.POLLIN, remaining):
             raise ChannelClosed("deadline passed")
         data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 4)
         if not data:
@@ -107,13 +108,22 @@ class Channel:
         self.sock.close()
 
 
+def ready(fd: int, events: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has one of ``events`` (select.POLLIN, POLLOUT), or an error or hang-up,
+    within ``timeout_s``. poll(2): select(2) refuses descriptors past 1023, which a busy host
+    process (a server with many connections) hands out."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(math.ceil(max(0.0, timeout_s) * 1e3)))
+
+
 def write_all(fd: int, data: bytes, deadline: float) -> bool:
     """Write everything before the deadline; False if the reader is gone or too slow."""
     view = memoryview(data)
     os.set_blocking(fd, False)
     while view:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+        if remaining <= 0 or not ready(fd, select.POLLOUT, remaining):
             return False
         try:
             view = view[os.write(fd, view):]

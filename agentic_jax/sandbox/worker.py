@@ -19,7 +19,8 @@ import threading
 import time
 
 from agentic_jax.sandbox import cgroup
-from agentic_jax.sandbox.channel import Channel, PreparedChild, drain, unread, write_all
+from agentic_jax.sandbox.channel import (Channel, PreparedChild, drain, ready, unread,
+                                         write_all)
 from agentic_jax.sandbox.child import CHILD_ENV
 from agentic_jax.sandbox.output import OutputCapture
 from agentic_jax.sandbox.protocol import RESULT_CAP, ChannelClosed, decode_result, encode_request
@@ -204,7 +205,7 @@ class Worker:
         if self._server_pidfd is not None:
             # The server is PID 1 of the worker's namespace: it ends only after every
             # process inside has ended, so its exit means nothing of the worker is left.
-            select.select([self._server_pidfd], [], [], _EXIT_WAIT_S)
+            ready(self._server_pidfd, select.POLLIN, _EXIT_WAIT_S)
             os.close(self._server_pidfd)
             self._server_pidfd = None
         if self._cgroup:

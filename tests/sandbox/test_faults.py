@@ -4,6 +4,7 @@ raises once entered, and no process of a sandbox outlives its close()."""
 
 import ctypes
 import os
+import resource
 import signal
 import threading
 import time
@@ -225,3 +226,24 @@ def test_64_threads_get_their_own_results():
             thread.join(timeout=300)
         assert len(results) == 128
         assert all(r.ok and r.stdout == _expected(i) for i, r in results.items())
+
+
+def test_a_host_holding_descriptors_past_1023_is_served():
+    """A long-running host (a server with many connections) hands out descriptor numbers past
+    select(2)'s 1023, and the worker inherits its channel's number: each side waits with
+    poll(2), so every concurrent caller still gets its own result."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"this process may hold only {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with Sandbox(SandboxConfig(num_workers=2, timeout_ms=10_000, cache_size=0)) as box:
+            futures = {i: box.submit(_work(i)) for i in range(8)}
+            results = {i: f.result(timeout=120) for i, f in futures.items()}
+            assert all(r.ok and r.stdout == _expected(i) for i, r in results.items()), results
+            assert box.stats()["restarts"] == 0
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
