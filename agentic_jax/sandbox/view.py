@@ -73,11 +73,10 @@ def build() -> str:
     """
     syscalls.mount("none", "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE, None)
     _private_proc("/proc")  # also what the binds below name their sources through
-    sources = _sources()
-    with _opened(sources) as handles:
+    with _opened(_sources()) as handles:
         syscalls.mount("tmpfs", STAGING, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV,
                        "mode=0755")
-        _assemble(STAGING, sources, handles)
+        _assemble(STAGING, handles)
     os.makedirs(STAGING + "/proc")
     syscalls.mount("/proc", STAGING + "/proc", None, syscalls.MS_MOVE, None)
     os.chdir(STAGING)
@@ -88,39 +87,34 @@ def build() -> str:
     return SCRATCH
 
 
-def _sources() -> dict[str, str]:
-    """What the view binds from the host: path in the view -> host path (its symlinks are
-    followed). Import paths inside a system directory are already in it."""
-    sources = {}
-    for name in SYSTEM_DIRS:
-        if os.path.isdir("/" + name) and not os.path.islink("/" + name):
-            sources["/" + name] = "/" + name
-    for path in import_paths():
-        if not any(_within(path, "/" + d) for d in (*SYSTEM_DIRS, *REBUILT_DIRS)) and path != "/":
-            sources[path] = path
-    for name in ETC_FILES:
-        sources["/etc/" + name] = "/etc/" + name
-    for name in DEVICES:
-        sources["/dev/" + name] = "/dev/" + name
+def _sources() -> list[str]:
+    """The host paths the view binds, each at the same path (symlinks in them are followed).
+    Import paths inside a system directory are already in it."""
+    sources = ["/" + name for name in SYSTEM_DIRS
+               if os.path.isdir("/" + name) and not os.path.islink("/" + name)]
+    sources += [path for path in import_paths() if path != "/" and not any(
+        _within(path, "/" + d) for d in (*SYSTEM_DIRS, *REBUILT_DIRS))]
+    sources += [f"/etc/{name}" for name in ETC_FILES] + [f"/dev/{name}" for name in DEVICES]
     return sources
 
 
 @contextlib.contextmanager
-def _opened(sources: dict[str, str]):
-    """O_PATH descriptors of the sources that exist, keyed like ``sources``: they stay
-    reachable after the staging tmpfs covers /tmp (an import path may lie below it)."""
+def _opened(paths: list[str]):
+    """O_PATH descriptors of those of ``paths`` that exist, by path: they stay reachable
+    after the staging tmpfs covers /tmp (an import path may lie below it)."""
     handles: dict[str, int] = {}
     try:
-        for target, source in sources.items():
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
-                handles[target] = os.open(source, os.O_PATH)
+                handles[path] = os.open(path, os.O_PATH)
         yield handles
     finally:
         for fd in handles.values():
             os.close(fd)
 
 
-def _assemble(root: str, sources: dict[str, str], handles: dict[str, int]) -> None:
+def _assemble(root: str, handles: dict[str, int]) -> None:
+    """Lay out the view under ``root``, binding each handle at its own path."""
     for name in SYSTEM_DIRS:
         if os.path.islink("/" + name):  # merged /usr: lib -> usr/lib
             os.symlink(os.readlink("/" + name), root + "/" + name)
