@@ -111,7 +111,7 @@ def _compare(number: int, step: str, previous: str) -> StepCheck:
     if grade_answer(step, previous):
         return StepCheck(number, step, "valid")
     ours, theirs = _solutions(_value(step)), _solutions(_value(previous))
-    if ours is not None and ours == theirs:
+    if (ours is not None and ours == theirs) or _same_roots(step, previous):
         return StepCheck(number, step, "valid")
     return StepCheck(number, step, "invalid", _why_different(step, previous, ours, theirs))
 
@@ -164,31 +164,54 @@ def _degree_bound(expr: sympy.Expr) -> int | None:
     return None
 
 
+def _polynomial(value: Value) -> sympy.Poly | None:
+    """p for an equation "lhs = rhs" in one unknown whose p = lhs - rhs is a polynomial of
+    degree at most MAX_DEGREE with coefficients at most MAX_COEFFICIENT_BITS wide; None for
+    anything else, and for what has deferred parts."""
+    value = canonical(value)
+    if _deferred(value) or not (isinstance(value, Relation) and value.ops == ("=",) and all(
+            isinstance(v, Scalar) for v in value.operands)):
+        return None
+    expr = value.operands[0].node.expr - value.operands[1].node.expr
+    if len(expr.free_symbols) != 1 or not 0 < (_degree_bound(expr) or 0) <= MAX_DEGREE:
+        return None
+    try:
+        poly = sympy.Poly(expr, *expr.free_symbols)
+    except sympy.PolynomialError:
+        return None
+    if not 0 < poly.degree() <= MAX_DEGREE or _coefficient_bits(poly) > MAX_COEFFICIENT_BITS:
+        return None
+    return poly
+
+
 def _solutions(value: Value) -> frozenset | None:
-    """The solution set of a polynomial equation in one unknown ("(x-2)(x-3) = 0"), or the
-    values a list of roots states ("x = 2, x = 3"); None for anything else, and for what is
-    too large to solve quickly (degree over MAX_DEGREE, wide coefficients, deferred parts)."""
+    """The solution set of a polynomial equation in one unknown ("(x-2)(x-3) = 0") when
+    every root has a closed form, or the values a list of roots states ("x = 2, x = 3"); None
+    for anything else (x^5 - x + 1 = 0 has roots, but none that sympy.roots can write)."""
+    poly = _polynomial(value)
+    if poly is not None:
+        roots = sympy.roots(poly)  # {root: multiplicity}, leaving out what it cannot write
+        if sum(roots.values()) < poly.degree():
+            return None
+        return frozenset(sympy.nsimplify(r) for r in roots)
     value = canonical(value)
     if _deferred(value):
         return None
-    if isinstance(value, Relation) and value.ops == ("=",) and all(
-            isinstance(v, Scalar) for v in value.operands):
-        expr = value.operands[0].node.expr - value.operands[1].node.expr
-        if len(expr.free_symbols) != 1 or not 0 < (_degree_bound(expr) or 0) <= MAX_DEGREE:
-            return None
-        try:
-            poly = sympy.Poly(expr, *expr.free_symbols)
-        except sympy.PolynomialError:
-            return None
-        if not 0 < poly.degree() <= MAX_DEGREE or _coefficient_bits(poly) > MAX_COEFFICIENT_BITS:
-            return None
-        return frozenset(sympy.nsimplify(r) for r in sympy.roots(poly))
     if isinstance(value, Seq) and all(isinstance(v, Scalar) and v.node.expr.is_number
                                       for v in value.items):
         return frozenset(sympy.nsimplify(v.node.expr) for v in value.items)
     if isinstance(value, Scalar) and value.node.expr.is_number:
         return frozenset({sympy.nsimplify(value.node.expr)})
     return None
+
+
+def _same_roots(step: str, previous: str) -> bool:
+    """Whether two polynomial equations have the same solutions, found without solving them:
+    their square-free parts (each root once) agree up to a constant factor."""
+    p, q = _polynomial(_value(step)), _polynomial(_value(previous))
+    if p is None or q is None:
+        return False
+    return p.sqf_part().monic().all_coeffs() == q.sqf_part().monic().all_coeffs()
 
 
 def _coefficient_bits(poly: sympy.Poly) -> int:

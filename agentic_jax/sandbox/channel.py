@@ -3,12 +3,16 @@ the prepared children it hands over: writing the code, draining the output under
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
+import fcntl
 import json
+import math
 import os
 import select
 import socket
+import termios
 import time
 
 from agentic_jax.sandbox.output import OutputCapture
@@ -26,16 +30,11 @@ class PreparedChild:
     code_fd: int
     out_fds: list[int]
 
-    def close_code(self) -> None:
-        if self.code_fd >= 0:
-            os.close(self.code_fd)
-            self.code_fd = -1
-
     def close(self) -> None:
-        self.close_code()
-        for fd in self.out_fds:
-            os.close(fd)
-        self.out_fds = []
+        if self.code_fd >= 0:
+            for fd in (self.code_fd, *self.out_fds):
+                os.close(fd)
+        self.code_fd, self.out_fds = -1, []
 
 
 class Channel:
@@ -62,7 +61,7 @@ class Channel:
 
     def _receive_one(self, deadline: float) -> dict | None:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([self.sock], [], [], remaining)[0]:
+        if remaining <= 0 or not ready(self.sock.fileno(), select.POLLIN, remaining):
             raise ChannelClosed("deadline passed")
         data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 4)
         if not data:
@@ -109,13 +108,22 @@ class Channel:
         self.sock.close()
 
 
+def ready(fd: int, events: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has one of ``events`` (select.POLLIN, POLLOUT), or an error or hang-up,
+    within ``timeout_s``. poll(2): select(2) refuses descriptors past 1023, which a busy host
+    process (a server with many connections) hands out."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(math.ceil(max(0.0, timeout_s) * 1e3)))
+
+
 def write_all(fd: int, data: bytes, deadline: float) -> bool:
     """Write everything before the deadline; False if the reader is gone or too slow."""
     view = memoryview(data)
     os.set_blocking(fd, False)
     while view:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+        if remaining <= 0 or not ready(fd, select.POLLOUT, remaining):
             return False
         try:
             view = view[os.write(fd, view):]
@@ -124,6 +132,13 @@ def write_all(fd: int, data: bytes, deadline: float) -> bool:
         except OSError:  # EPIPE: the child is gone
             return False
     return True
+
+
+def unread(fd: int) -> int:
+    """Bytes written into a pipe that its reader has not taken (FIONREAD works on either end)."""
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
 
 
 def drain(fds: list[int], sinks: list[OutputCapture], deadline: float) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import fcntl
-import json
 import mmap
 import os
 import resource
@@ -15,7 +14,7 @@ import time
 import traceback
 
 from agentic_jax.sandbox import cgroup, isolation, syscalls
-from agentic_jax.sandbox.protocol import encode_result
+from agentic_jax.sandbox.protocol import encode_result, read_request
 from agentic_jax.sandbox.validator import FORBIDDEN_NAMES
 
 RESULT_FD = 3
@@ -95,7 +94,7 @@ def run_child(plan: ChildPlan, prepared: Prepared, workdir: str, fds: list[int])
         os._exit(70)
     status = 0
     try:
-        request = json.loads(_read_all(CODE_FD))
+        request = read_request(CODE_FD)
         history = [str(block) for block in request.get("history", ())]
         budget_ms = int(request["timeout_ms"]) * (1 + len(history))
         cpu_seconds = max(1, -(-budget_ms // 1000))
@@ -110,13 +109,6 @@ def run_child(plan: ChildPlan, prepared: Prepared, workdir: str, fds: list[int])
     # Closing first lets the worker see end-of-output before the slow address-space teardown.
     os.closerange(1, RESULT_FD + 1)
     os._exit(status)
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _isolate(plan: ChildPlan, workdir: str, fds: list[int]) -> None:

@@ -1,13 +1,45 @@
 """What crosses process boundaries besides the channel's JSON: the error type of a broken
-channel and the child's bounded result format (never pickle)."""
+channel, the framed request a child reads and its bounded result format (never pickle)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import struct
 
 
 class ChannelClosed(Exception):
     """The other end closed the pipe, sent garbage, or missed the deadline."""
+
+
+# A request on the code pipe: its length, then its JSON. The child reads exactly that much, so
+# the host need not close its end for the child to see the end, and can still count the bytes
+# the child left unread after it died (a child that died with its code unread ran nothing).
+_LENGTH = struct.Struct("<Q")
+
+
+def encode_request(code: str, timeout_ms: int, history: list[str]) -> bytes:
+    """Host side: the framed request."""
+    body = json.dumps({"code": code, "timeout_ms": timeout_ms, "history": history}).encode()
+    return _LENGTH.pack(len(body)) + body
+
+
+def read_request(fd: int) -> dict:
+    """Child side: the request framed by `encode_request` (EOFError if the pipe ends first)."""
+    (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size))
+    return json.loads(_read_exactly(fd, length))
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            raise EOFError(f"the request ended {left} bytes short")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 # The child's report on its result descriptor: a fixed header line, then three fields, parsed

@@ -1,14 +1,16 @@
 """Per-snippet working directories and a removal that no directory tree can break.
 
-With a private mount namespace each snippet gets its own small tmpfs, and discarding it is a
-lazy unmount: the kernel frees whatever the snippet left, however deep. Without one, the
-directory is removed by `remove_tree`, which walks iteratively through directory descriptors
-(no recursion, no path longer than one name) and so survives trees deeper than the
-interpreter's recursion limit or PATH_MAX.
+With a private mount namespace each snippet gets its own small tmpfs on one of a fixed set of
+mount points, and discarding it is a lazy unmount: the kernel frees whatever the snippet left,
+however deep. Without one, the directory is removed by `remove_tree`, which walks iteratively
+through directory descriptors (no recursion, no path longer than one name) and so survives
+trees deeper than the interpreter's recursion limit or PATH_MAX.
 """
 
 from __future__ import annotations
 
+import collections
+import errno
 import os
 import stat
 
@@ -97,30 +99,44 @@ def _ignore_missing(action, *args, **kwargs) -> None:
 class Workdirs:
     """Creates and discards the working directory of each snippet under `root`.
 
-    mounts: give each directory its own tmpfs of `size_mb` (requires mount privileges).
+    mounts: each directory is a tmpfs of its own, of `size_mb`, mounted on one of the empty
+    mount points in `root` (a read-only scratch root, see `view`; requires mount privileges);
+    discarding it is a lazy unmount that frees the mount point. Without: a new directory in
+    `root` each time, removed with `remove_tree`.
     uid/gid: owner of the new directory (None keeps the caller's).
     """
 
     def __init__(self, root: str, size_mb: int, mounts: bool, uid: int | None,
                  gid: int | None) -> None:
         self.root, self.size_mb, self.mounts, self.uid, self.gid = root, size_mb, mounts, uid, gid
+        self._free = collections.deque(
+            os.path.join(root, name) for name in (sorted(os.listdir(root)) if mounts else ()))
         self._next = 0
 
     def create(self) -> str:
-        path = os.path.join(self.root, f"job{self._next}")
-        self._next += 1
-        os.mkdir(path, 0o700)
-        if self.mounts:
-            owner = f",uid={self.uid},gid={self.gid}" if self.uid is not None else ""
+        if not self.mounts:
+            path = os.path.join(self.root, f"job{self._next}")
+            self._next += 1
+            os.mkdir(path, 0o700)
+            if self.uid is not None:
+                os.chown(path, self.uid, self.gid)
+            return path
+        if not self._free:
+            raise OSError(errno.EBUSY, "every scratch mount point is in use")
+        path = self._free.popleft()
+        owner = f",uid={self.uid},gid={self.gid}" if self.uid is not None else ""
+        try:
             syscalls.mount("tmpfs", path, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV,
                            f"size={self.size_mb}m,nr_inodes=4096,mode=0700{owner}")
-        elif self.uid is not None:
-            os.chown(path, self.uid, self.gid)
+        except OSError:
+            self._free.appendleft(path)
+            raise
         return path
 
     def discard(self, path: str) -> None:
         if self.mounts:
             syscalls.umount(path)
-            os.rmdir(path)
+            self._free.append(path)
         else:
             remove_tree(path)
+

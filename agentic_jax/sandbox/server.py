@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import select
 import signal
@@ -71,16 +72,20 @@ class Server:
         timeout = None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
         # The template socket is watched only while a fork is outstanding: a template that
         # died while idle is noticed by the next request to it.
-        watched = [self.channel, *([self.forker.sock] if self.pending else []), *self.live]
-        ready, _, _ = select.select(watched, [], [], timeout)
-        for item in ready:
-            if item is self.channel:
+        # poll(2), not select(2): the channel's descriptor number is the host's, and a busy
+        # host has numbers past select's 1023.
+        channel, template = self.channel.fileno(), self.forker.sock.fileno()
+        poller = select.poll()
+        for fd in (channel, *([template] if self.pending else []), *self.live):
+            poller.register(fd, select.POLLIN)
+        for fd, _ in poller.poll(None if timeout is None else math.ceil(timeout * 1e3)):
+            if fd == channel:
                 if not self._on_host_message():
                     return False
-            elif item is self.forker.sock:
+            elif fd == template:
                 self._on_template_answer()
-            elif item in self.live:
-                self._reap(self.live.pop(item))
+            elif fd in self.live:
+                self._reap(self.live.pop(fd))
         now = time.monotonic()
         for child in self.live.values():
             if child.deadline is not None and now >= child.deadline and not child.killed_by_us:
@@ -168,6 +173,7 @@ class Server:
         self._send({"exit": child.seq, "signal": sig, "timed_out": child.timed_out,
                     "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
                     "out_of_memory": oom})
+        self._top_up()  # a prepared child that died before it started is replaced
 
     def _fault(self, what: str) -> None:
         if not self.faulted:

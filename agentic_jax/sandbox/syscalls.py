@@ -23,6 +23,7 @@ MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
 MS_BIND = 0x1000
+MS_MOVE = 0x2000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MNT_DETACH = 0x2
@@ -61,6 +62,7 @@ DENIED_SYSCALLS = (
     "mq_notify", "mq_getsetattr", "memfd_create", "memfd_secret",
 )
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 
 class _SockFprog(ctypes.Structure):
@@ -99,6 +101,16 @@ def make_tree_readonly(path: str) -> None:
     _check(_libc.syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD),
                          path.encode(), ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr),
                          ctypes.c_size_t(ctypes.sizeof(attr))), "mount_setattr")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """pivot_root(2): make ``new_root`` the root of the mount namespace, the old root mounted
+    at ``put_old`` (the same path as ``new_root`` stacks it on top, ready to be detached)."""
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(38, f"pivot_root: unsupported architecture {platform.machine()}")
+    _check(_libc.syscall(ctypes.c_long(number), new_root.encode(), put_old.encode()),
+           "pivot_root")
 
 
 def umount(target: str) -> None:

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable
 
 from agentic_jax.sandbox import syscalls
+from agentic_jax.sandbox.channel import ready
 
 _PID = struct.Struct("i")
 _MAX_NAME = 4096
@@ -90,7 +91,7 @@ class TemplateClient:
 
     def child_pid(self) -> int:
         """PID of the child of the oldest unanswered request."""
-        if not select.select([self.sock], [], [], self.timeout_s)[0]:
+        if not ready(self.sock.fileno(), select.POLLIN, self.timeout_s):
             raise TemplateLost("template did not answer in time")
         try:
             data = self.sock.recv(_PID.size)

@@ -19,11 +19,13 @@ import threading
 import time
 
 from agentic_jax.sandbox import cgroup
-from agentic_jax.sandbox.channel import Channel, PreparedChild, drain, write_all
+from agentic_jax.sandbox.channel import (Channel, PreparedChild, drain, ready, unread,
+                                         write_all)
 from agentic_jax.sandbox.child import CHILD_ENV
 from agentic_jax.sandbox.output import OutputCapture
-from agentic_jax.sandbox.protocol import RESULT_CAP, ChannelClosed, decode_result
+from agentic_jax.sandbox.protocol import RESULT_CAP, ChannelClosed, decode_result, encode_request
 from agentic_jax.sandbox.scratch import remove_tree
+from agentic_jax.sandbox.server import PREPARED_AHEAD
 from agentic_jax.sandbox.types import SandboxConfig
 
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -119,27 +121,37 @@ class Worker:
             raise WorkerDied("sandbox worker is not running", False)
         budget_s = timeout_ms * (1 + len(history)) / 1e3
         deadline = time.monotonic() + budget_s + self.cfg.grace_ms / 1e3
-        try:
-            child = self._channel.next_child(deadline)
-        except (ChannelClosed, OSError) as err:
-            self.kill()
-            raise WorkerDied(str(err), False) from err
-        if isinstance(child, str):
-            return {"fault": child, "started": False, "retire": True}
-        try:
-            return self._run_on(child, code, timeout_ms, history, budget_s, deadline)
-        except (ChannelClosed, OSError) as err:
-            self.kill()
-            raise WorkerDied(str(err)) from err
-        finally:
-            child.close()
+        # A prepared child that died before its code reached it (killed, say) never ran
+        # anything: the next one takes the request. The server replaces each one it reaps.
+        for _ in range(PREPARED_AHEAD + 1):
+            try:
+                child = self._channel.next_child(deadline)
+            except (ChannelClosed, OSError) as err:
+                self.kill()
+                raise WorkerDied(str(err), False) from err
+            if isinstance(child, str):
+                return {"fault": child, "started": False, "retire": True}
+            try:
+                report = self._run_on(child, code, timeout_ms, history, budget_s, deadline)
+            except (ChannelClosed, OSError) as err:
+                self.kill()
+                raise WorkerDied(str(err)) from err
+            finally:
+                child.close()
+            if report is not None:
+                return report
+        return {"fault": "every prepared child was gone before its code reached it",
+                "started": False, "retire": True}
 
     def _run_on(self, child: PreparedChild, code: str, timeout_ms: int, history: list[str],
-                budget_s: float, deadline: float) -> dict:
+                budget_s: float, deadline: float) -> dict | None:
+        """The report of the snippet on ``child``; None when the child died before it read its
+        code (so ran nothing)."""
         start = time.monotonic()
-        request = json.dumps({"code": code, "timeout_ms": timeout_ms, "history": history})
-        delivered = write_all(child.code_fd, request.encode(), deadline)
-        child.close_code()
+        request = encode_request(code, timeout_ms, history)
+        if not write_all(child.code_fd, request, deadline):  # gone, or not reading at all
+            self._channel.send({"done": child.seq})
+            return None
         self._channel.send({"start": child.seq, "timeout_ms": int(budget_s * 1e3)})
         captures = [OutputCapture(self.cfg.max_output_bytes),
                     OutputCapture(self.cfg.max_output_bytes), OutputCapture(2 * RESULT_CAP)]
@@ -151,8 +163,8 @@ class Worker:
         status = {}
         if parsed is None or late:  # only the exit status can tell what happened
             status = self._channel.exit_of(child.seq, deadline)
-        if not delivered and parsed is None and status.get("signal") is None:
-            return {"fault": "the prepared child was gone", "started": False, "retire": True}
+        if parsed is None and not status.get("timed_out") and unread(child.code_fd):
+            return None  # it died (was killed) before it had read its code
         return {"stdout": captures[0].text(), "stderr": captures[1].text(), "result": parsed,
                 "timed_out": bool(status.get("timed_out")), "signal": status.get("signal"),
                 "exit_code": status.get("exit_code"),
@@ -193,7 +205,7 @@ class Worker:
         if self._server_pidfd is not None:
             # The server is PID 1 of the worker's namespace: it ends only after every
             # process inside has ended, so its exit means nothing of the worker is left.
-            select.select([self._server_pidfd], [], [], _EXIT_WAIT_S)
+            ready(self._server_pidfd, select.POLLIN, _EXIT_WAIT_S)
             os.close(self._server_pidfd)
             self._server_pidfd = None
         if self._cgroup:

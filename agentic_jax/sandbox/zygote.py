@@ -18,7 +18,7 @@ import signal
 import socket
 import tempfile
 
-from agentic_jax.sandbox import cgroup, child, isolation, server, syscalls, template
+from agentic_jax.sandbox import cgroup, child, isolation, server, syscalls, template, view
 from agentic_jax.sandbox.child import ChildPlan
 from agentic_jax.sandbox.scratch import Workdirs, remove_tree
 
@@ -149,7 +149,7 @@ def _prepare_scratch(cfg: dict, layers: dict) -> tuple[str, bool]:
     layers["private_filesystem"] = False
     if layers["mount_namespace"]:
         try:
-            scratch = isolation.build_filesystem_view()
+            scratch = view.build()
             layers["private_filesystem"] = True
             return scratch, False
         except OSError:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pydantic
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import chat
@@ -22,12 +23,26 @@ from agentic_jax.serve.worker import Job, QueueFull
 from agentic_jax.utils.files import JSONDepthError, loads_bounded
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request body as JSON (413 when over ``max_bytes``, 400 when not JSON or nested
-    deeper than `MAX_JSON_DEPTH`)."""
+# Bodies up to this size are parsed on the event loop (well under a millisecond); larger ones
+# in the thread pool, so that /health and every other request keep being answered while
+# megabytes of JSON are parsed and validated.
+INLINE_PARSE_BYTES = 64 << 10
+
+
+async def read_json(request: Request, max_bytes: int,
+                    validate: Callable[[Any], Any] = lambda payload: payload) -> Any:
+    """The request body as JSON, passed through ``validate`` (413 when over ``max_bytes``,
+    400 when not JSON or nested deeper than `MAX_JSON_DEPTH`; ``validate`` raises its own
+    `RequestError`)."""
     body = await request.body()
     if len(body) > max_bytes:
         raise RequestError(413, f"request body: {len(body)} bytes; at most {max_bytes}")
+    if len(body) <= INLINE_PARSE_BYTES:
+        return validate(_parse(body))
+    return await run_in_threadpool(lambda: validate(_parse(body)))
+
+
+def _parse(body: bytes) -> Any:
     try:
         return loads_bounded(body)
     except JSONDepthError as err:
@@ -50,8 +65,8 @@ def parse_chat(payload: Any, limits) -> ChatRequest:
 
 async def chat_completions(service: Any, request: Request):
     """The route: validate, queue, then reply or stream."""
-    chat_request = parse_chat(await read_json(request, service.limits.max_body_bytes),
-                              service.limits)
+    chat_request = await read_json(request, service.limits.max_body_bytes,
+                                   lambda payload: parse_chat(payload, service.limits))
     prompt = chat.chat_prompt(service.policy, [m.model_dump() for m in chat_request.messages])
     worker = service.worker
     room = worker.max_length - len(prompt)

@@ -117,14 +117,16 @@ class ToolResources:
 
 
 async def _body(request: Request, model: type[_Body], max_bytes: int) -> Any:
-    payload = await read_json(request, max_bytes)
-    if not isinstance(payload, dict):
-        raise RequestError(400, "request body: expected a JSON object")
-    try:
-        return model.model_validate(payload)
-    except pydantic.ValidationError as err:
-        message, param = validation_message(err)
-        raise RequestError(400, message, param) from None
+    def validate(payload: Any) -> Any:
+        if not isinstance(payload, dict):
+            raise RequestError(400, "request body: expected a JSON object")
+        try:
+            return model.model_validate(payload)
+        except pydantic.ValidationError as err:
+            message, param = validation_message(err)
+            raise RequestError(400, message, param) from None
+
+    return await read_json(request, max_bytes, validate)
 
 
 def add_routes(app: FastAPI, service: Any) -> None:
@@ -133,7 +135,8 @@ def add_routes(app: FastAPI, service: Any) -> None:
     @app.post("/api/grade")
     async def grade(request: Request):
         body = await _body(request, GradeBody, MAX_UPLOAD_BYTES + 4096)
-        return JSONResponse(await run_in_threadpool(_grade, service, body))
+        # Rendered in the thread too: 10,000 graded rows are megabytes of JSON.
+        return await run_in_threadpool(lambda: JSONResponse(_grade(service, body)))
 
     @app.post("/api/derivation")
     async def derivation(request: Request):

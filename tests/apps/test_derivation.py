@@ -35,6 +35,24 @@ def test_equation_steps_keep_their_solutions():
     assert lost.steps[1].reason.startswith("solutions {2} differ from the previous step's {-2, 2}")
 
 
+@pytest.mark.parametrize("text, statuses", [
+    ("x^5 - x + 1 = 0\nx^5 - x + 2 = 0", ["start", "invalid"]),
+    ("(x - 1)(x^5 - x + 1) = 0\n(x - 1)(x^5 - x + 3) = 0", ["start", "invalid"]),
+    ("(x - 1)^2 (x^5 - x + 1) = 0\n(x - 1)(x^5 - x + 1) = 0", ["start", "valid"]),
+    ("x^5 - x + 1 = 0\nx = 1", ["start", "invalid"]),
+])
+def test_equations_whose_roots_have_no_closed_form(text, statuses):
+    """sympy.roots leaves out the roots of x^5 - x + 1 it cannot write: such equations are
+    compared by their square-free parts, never by the roots found (once {} == {} made any
+    two of them equivalent, and a reason read 'solutions {1} differ from ... {}')."""
+    result = check_derivation(text)
+    assert [s.status for s in result.steps] == statuses
+    for step in result.steps:
+        assert "{}" not in step.reason and "solutions" not in step.reason
+        if step.status == "invalid":
+            assert step.reason.startswith("not equivalent to the previous step"), step.reason
+
+
 def test_unparsable_and_hostile_steps_are_invalid_not_run():
     result = check_derivation("x + 1\n__import__('os').system('echo hi')\n= x + 1")
     assert result.steps[1].status == "invalid" and "parse" in result.steps[1].reason

@@ -4,6 +4,7 @@ Canaries are split in two halves in the searching snippet's source, so that the 
 holds the whole canary itself: a hit means the data came from an earlier snippet.
 """
 
+import errno
 import os
 
 import pytest
@@ -155,6 +156,39 @@ def test_deep_directory_tree_does_not_break_the_next_request(wide):
     probe(wide)
     probe(wide)
     assert wide.worker_pids() == pids
+
+
+_FILLS = {  # each prints the errno that stopped it
+    "bytes": "import os\ni = 0\ntry:\n    while True:\n"
+             "        os.write(os.open(f'f{i}', os.O_WRONLY | os.O_CREAT), b'x' * (1 << 20))\n"
+             "        i += 1\nexcept OSError as e:\n    print(e.errno)",
+    "inodes": "import os\ni = 0\ntry:\n    while True:\n        os.mkdir(f'd{i}')\n"
+              "        i += 1\nexcept OSError as e:\n    print(e.errno)",
+    "scratch root": "import os\ni = 0\ntry:\n    while True:\n        os.mkdir(f'../d{i}')\n"
+                    "        i += 1\nexcept OSError as e:\n    print(e.errno)",
+}
+
+
+@pytest.mark.parametrize("fill", sorted(_FILLS))
+def test_a_snippet_that_fills_its_scratch_leaves_the_next_unaffected(wide, fill):
+    """The next snippets run on the same worker in a fresh, empty working directory with the
+    whole disk budget. The scratch root above the working directories is a read-only mount,
+    not merely a directory the snippet's user may not write: where the worker runs
+    unprivileged, snippets are its user namespace's root and permissions stop nothing (there,
+    filling the root once kept the worker from making the next working directory)."""
+    if not wide.layers["private_filesystem"]:
+        pytest.skip("no mount namespace on this machine: working directories are host ones")
+    pids, restarts = wide.worker_pids(), wide.stats()["restarts"]
+    filled = wide.run(_FILLS[fill])
+    stopped_by = errno.EROFS if fill == "scratch root" else errno.ENOSPC
+    assert filled.ok and filled.stdout == f"{stopped_by}\n", filled
+    for _ in range(4):
+        fresh = wide.run("import os\nprint(os.listdir('.'))\n"
+                         "fd = os.open('g', os.O_WRONLY | os.O_CREAT)\nfor _ in range(12):\n"
+                         "    os.write(fd, b'y' * (1 << 20))\nprint(os.fstat(fd).st_size >> 20)")
+        assert fresh.ok and fresh.stdout == "[]\n12\n", fresh
+    probe(wide)
+    assert wide.worker_pids() == pids and wide.stats()["restarts"] == restarts
 
 
 @pytest.mark.parametrize("payload", ["b'[' * 60_000", "b'{\"error\": ' * 6_000",

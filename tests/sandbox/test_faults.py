@@ -4,6 +4,7 @@ raises once entered, and no process of a sandbox outlives its close()."""
 
 import ctypes
 import os
+import resource
 import signal
 import threading
 import time
@@ -86,6 +87,36 @@ def test_kill_of_each_process_level_mid_batch(level):
         for _ in range(4):
             probe(box)
         assert box.stats()["restarts"] == (0 if level == "child" else 1)
+    assert _descendants() <= before
+
+
+def _children_when(box: Sandbox, count: int) -> list[int]:
+    """The worker's children once there are exactly ``count`` (they come and go)."""
+    deadline = time.monotonic() + 10
+    while len(children := _levels(box)["child"]) != count:
+        assert time.monotonic() < deadline, children
+        time.sleep(0.01)
+    return children
+
+
+@pytest.mark.parametrize("while_running", [False, True])
+def test_killing_every_child_fails_only_the_running_snippet(while_running):
+    """Children the server prepares ahead die before any code reaches them: the requests
+    they were to serve run on the next ones, and the worker is not replaced. Only the
+    snippet running when its own child is killed fails, once."""
+    before = _descendants()
+    with Sandbox(SandboxConfig(num_workers=1, timeout_ms=5000, cache_size=0)) as box:
+        probe(box)
+        running = box.submit("while True:\n    pass") if while_running else None
+        for pid in _children_when(box, 3 if while_running else 2):
+            os.kill(pid, signal.SIGKILL)
+        if running is not None:
+            killed = running.result(timeout=60)
+            assert killed.error == "SystemError" and "SIGKILL" in killed.message, killed
+        for i in range(4):
+            result = box.run(_work(i))
+            assert result.ok and result.stdout == _expected(i), result
+        assert box.stats()["restarts"] == 0
     assert _descendants() <= before
 
 
@@ -195,3 +226,24 @@ def test_64_threads_get_their_own_results():
             thread.join(timeout=300)
         assert len(results) == 128
         assert all(r.ok and r.stdout == _expected(i) for i, r in results.items())
+
+
+def test_a_host_holding_descriptors_past_1023_is_served():
+    """A long-running host (a server with many connections) hands out descriptor numbers past
+    select(2)'s 1023, and the worker inherits its channel's number: each side waits with
+    poll(2), so every concurrent caller still gets its own result."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"this process may hold only {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with Sandbox(SandboxConfig(num_workers=2, timeout_ms=10_000, cache_size=0)) as box:
+            futures = {i: box.submit(_work(i)) for i in range(8)}
+            results = {i: f.result(timeout=120) for i, f in futures.items()}
+            assert all(r.ok and r.stdout == _expected(i) for i, r in results.items()), results
+            assert box.stats()["restarts"] == 0
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -15,7 +15,7 @@ import pytest
 
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 from agentic_jax.sandbox.child import CHILD_ENV
-from agentic_jax.sandbox.isolation import ETC_FILES, import_paths
+from agentic_jax.sandbox.view import DEVICES, ETC_FILES, SCRATCH, SYSTEM_DIRS, import_paths
 from tests.sandbox.conftest import probe
 
 TIMEOUT_MS = 2000  # generous: lazy imports are slow on a loaded machine
@@ -241,10 +241,22 @@ def test_environment_and_proc_environ_leak_nothing(wide):
 
 
 def test_proc_shows_only_the_sandbox(wide):
-    code = "import os\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+    """Every process in /proc is one of this worker's: the server (the PID namespace's init),
+    the template and children. How many children is a matter of timing, not of isolation:
+    besides this one and those prepared ahead, earlier ones linger until the server reaps
+    them (the host starts the next snippet without waiting for that), and a child just
+    forked still bears the template's name."""
+    code = ("import os\nfor pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+            "    try:\n"
+            "        stat = os.read(os.open(f'/proc/{pid}/stat', os.O_RDONLY), 4096).decode()\n"
+            "    except OSError:\n        continue  # reaped meanwhile\n"
+            "    print(pid, stat[stat.index('(') + 1:stat.rindex(')')], pid == os.getpid())\n")
     result, _ = attack(wide, code)
-    # The server (namespace init), the template, this child and the two prepared next.
-    assert len(eval(result.stdout)) <= 5
+    assert result.ok, result
+    processes = [line.split() for line in result.stdout.splitlines()]
+    assert processes[0] == ["1", "sandbox-server", "False"], processes
+    assert {name for _, name, _ in processes[1:]} <= {"sandbox-tmpl", "sandbox-child"}, processes
+    assert [name for _, name, me in processes if me == "True"] == ["sandbox-child"], processes
 
 
 def test_reading_host_files_fails(wide, host_files):
@@ -273,6 +285,38 @@ def test_the_view_holds_no_host_configuration_or_checkout_metadata(wide):
     assert result.ok, result
     *leaks, etc = result.stdout.splitlines()
     assert leaks == [] and set(eval(etc)) <= set(ETC_FILES)
+
+
+def _in_the_view(mount_point: str) -> bool:
+    """Whether a mount point belongs to the sandbox's own view (see `view`)."""
+    exact = {"/", "/proc", "/sys", "/etc", "/dev", SCRATCH, *(f"/etc/{n}" for n in ETC_FILES),
+             *(f"/dev/{n}" for n in DEVICES)}
+    trees = [SCRATCH, *(f"/{d}" for d in SYSTEM_DIRS), *import_paths()]
+    return mount_point in exact or any(
+        mount_point == t or mount_point.startswith(t + "/") for t in trees)
+
+
+def test_mount_tables_list_only_the_view(wide):
+    """/proc's mount tables (any process's) name no host mount point: the host's tree is
+    detached from the view, not merely covered."""
+    if not wide.layers["private_filesystem"]:
+        pytest.skip("no mount namespace on this machine: the view is the host's")
+    tables = ["/proc/mounts", "/proc/self/mounts", "/proc/self/mountinfo",
+              "/proc/self/mountstats", "/proc/1/mounts", "/proc/1/mountinfo"]
+    # The mount point is field 2 of a mounts line, field 5 of mountinfo and of mountstats.
+    code = ("import os\nfor p in %r:\n    try:\n"
+            "        text = os.read(os.open(p, os.O_RDONLY), 1 << 20).decode()\n"
+            "    except OSError:\n        continue\n"
+            "    field = 1 if p.endswith('/mounts') else 4\n"
+            "    print(p, sorted({l.split()[field] for l in text.splitlines() if l.strip()}))\n"
+            % tables)
+    result, _ = attack(wide, code)
+    assert result.ok, result
+    read = {line.split(" ", 1)[0]: eval(line.split(" ", 1)[1])
+            for line in result.stdout.splitlines()}
+    assert "/proc/self/mountinfo" in read  # readable, so the listing itself is what is checked
+    leaks = {p: [m for m in points if not _in_the_view(m)] for p, points in read.items()}
+    assert not any(leaks.values()), leaks
 
 
 def test_runs_unprivileged_and_cannot_regain_root(wide):

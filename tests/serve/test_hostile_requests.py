@@ -3,10 +3,14 @@
 The app runs without a policy (the checks refuse before a route reaches the worker), so these
 tests need no model and no sandbox."""
 
+import json
+import threading
+import types
+
 import pytest
 from fastapi.testclient import TestClient
 
-from agentic_jax.serve import ServeLimits, Service, create_app
+from agentic_jax.serve import ServeLimits, Service, completions, create_app
 from agentic_jax.serve.boundary import allowed_hosts
 from agentic_jax.serve.tools_api import ToolResources
 
@@ -14,9 +18,14 @@ POST_ROUTES = ("/v1/chat/completions", "/api/grade", "/api/derivation", "/api/pl
                "/api/practice/next", "/api/practice/answer")
 
 
+# A worker that has done nothing, for /health.
+IDLE_WORKER = types.SimpleNamespace(queued=0, max_length=0,
+                                    stats=types.SimpleNamespace(as_dict=dict))
+
+
 @pytest.fixture(scope="module")
 def client():
-    service = Service(policy=None, worker=None, limits=ServeLimits(), model_name="none",
+    service = Service(policy=None, worker=IDLE_WORKER, limits=ServeLimits(), model_name="none",
                       tools=ToolResources(None, None))
     with TestClient(create_app(service), base_url="http://127.0.0.1:8000",
                     raise_server_exceptions=False) as c:
@@ -76,3 +85,46 @@ def test_a_post_must_be_labelled_json(client, content_type):
     charset = client.post("/api/derivation", content="[" * 100,
                           headers={"Content-Type": "application/json; charset=utf-8"})
     assert charset.status_code == 400
+
+
+@pytest.mark.parametrize("path", POST_ROUTES)
+def test_health_answers_while_a_large_body_is_parsed(client, monkeypatch, path):
+    """A body over INLINE_PARSE_BYTES is parsed (and validated) in the thread pool: here the
+    parse waits until /health has answered, which it could not while holding the event loop
+    (it would give up after 10 s, and the test sees that it had to)."""
+    parsing, answered, gave_up = threading.Event(), threading.Event(), []
+    parse = completions.loads_bounded
+
+    def parse_after_health(body):
+        parsing.set()
+        gave_up.append(not answered.wait(10))
+        return parse(body)
+
+    monkeypatch.setattr(completions, "loads_bounded", parse_after_health)
+    body = json.dumps({"text": "x" * completions.INLINE_PARSE_BYTES, "learner": [1]})
+    replies = []
+    poster = threading.Thread(target=lambda: replies.append(_json_post(client, path, body)))
+    poster.start()
+    assert parsing.wait(10)
+    health = client.get("/health")
+    answered.set()
+    poster.join()
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert gave_up == [False]
+    assert replies[0].status_code == 400  # the body itself is refused, as the route would
+
+
+def test_a_small_body_is_parsed_on_the_event_loop(client, monkeypatch):
+    """Below INLINE_PARSE_BYTES a thread hop would cost more than the parse."""
+    threads = []
+    parse = completions.loads_bounded
+
+    def recording_parse(body):
+        threads.append(threading.current_thread())
+        return parse(body)
+
+    monkeypatch.setattr(completions, "loads_bounded", recording_parse)
+    for text in ("x", "x" * completions.INLINE_PARSE_BYTES):
+        body = json.dumps({"text": text, "unknown": 1})
+        assert _json_post(client, "/api/derivation", body).status_code == 400
+    assert threads[0] is not threads[1]
