@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import ml_collections
 
+from agentic_jax.errors import UserError
 from agentic_jax.rl.config_groups import (
     BenchmarkEvalConfig, CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig,
     ModelSpec, RLConfig, StalenessConfig, TrainingConfig, WarmStartConfig)
@@ -27,7 +28,7 @@ T = TypeVar("T")
 AUTO_IS_CAP = 2.0
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config value that cannot work; the message names the field and what was expected."""
 
 

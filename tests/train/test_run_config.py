@@ -203,3 +203,12 @@ def test_unknown_is_level_names_auto():
     with pytest.raises(ConfigError, match=r"^rl.is_level: expected one of \('auto', 'none'"):
         read_config(tiny_config(**{"rl.is_level": "always"}))
 
+
+def test_config_errors_are_user_errors():
+    from agentic_jax.errors import UserError
+
+    with pytest.raises(UserError, match="^training.batch_size"):
+        read_config(tiny_config(**{"training.batch_size": 0}))
+    with pytest.raises(UserError, match="^lr: expected a positive number"):
+        dataclasses.replace(read_config(tiny_config()).training, lr=0.0)
+    assert issubclass(ConfigError, UserError) and issubclass(UserError, ValueError)

@@ -14,6 +14,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from agentic_jax.errors import UserError
 from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
@@ -71,9 +72,9 @@ class Engine:
                           kv_cache_mb=cfg.kv_cache_mb,
                           default_pages=cfg.num_slots * self.max_pages)
         if pages < self.max_pages:
-            raise ValueError(f"rollout engine: a pool of {pages} pages cannot hold one sequence "
-                             f"of max_seq_len={cfg.max_seq_len} (needs {self.max_pages} pages of "
-                             f"{ps} positions)")
+            raise UserError(f"rollout engine: a pool of {pages} pages cannot hold one sequence "
+                            f"of max_seq_len={cfg.max_seq_len} (needs {self.max_pages} pages of "
+                            f"{ps} positions)")
         self.pool = PagePool(pages)
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.kv = pm.init_paged_kv(model_cfg, pages, ps, mesh)
