@@ -89,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="*", help="two run directories to compare (no --ref)")
     parser.add_argument("--ref", help="a commit to run the training command at")
     parser.add_argument("--out", default=None, help="where the two runs go (default: a temp dir)")
-    args, train_args = parser.parse_known_args(argv)
-    train_args = [a for a in train_args if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, train_args = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    if (args.ref is None) != (len(args.runs) == 2) or bool(args.ref) != bool(train_args):
+        parser.error("give two run directories, or --ref=COMMIT -- TRAIN_ARGS")
     if args.ref is None:
-        if len(args.runs) != 2 or train_args:
-            parser.error("give two run directories, or --ref=COMMIT -- TRAIN_ARGS")
         first, second = args.runs
     else:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
