@@ -29,6 +29,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.evaluation import markdown_table
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -85,7 +86,7 @@ def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0,
                                                                  **settings))
     except ValueError as err:
-        raise ValueError(f"--{err}") from None
+        raise UserError(f"--{err}") from None
     if trained:
         policy, step = restored_policy(cfg, workdir)
     else:
@@ -136,7 +137,7 @@ def evaluate_checkpoint_on_benchmarks(
     from agentic_jax.rl.benchmark_eval import run_benchmarks
 
     if not benchmarks:
-        raise ValueError("--benchmarks: expected name=PATH,..., got ''")
+        raise UserError("--benchmarks: expected name=PATH,..., got ''")
     policy, step = _restored_policy(config, workdir, overrides, constrain_code,
                                     benchmarks=benchmarks,
                                     num_samples=num_samples, temperature=temperature,
@@ -169,7 +170,7 @@ def main(argv: list[str]) -> int:
                                           num_samples=_NUM_SAMPLES.value or 1,
                                           limit=_LIMIT.value, overrides=overrides,
                                           constrain_code=_CONSTRAIN.value)
-    except (ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if _BENCHMARKS.value:

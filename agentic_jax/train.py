@@ -21,6 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.errors import USER_ERRORS
 from agentic_jax.parallel import distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (+ ':variant').",
@@ -29,9 +30,6 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<t
 _PROGRESS = flags.DEFINE_boolean(
     "progress", True, "Show progress bars (also off with --config.logging.progress=False).")
 distributed.define_flags()
-
-# Errors that come from bad input: one clear line, exit code 2, no traceback.
-_USER_ERRORS = (ValueError, FileNotFoundError, TypeError, KeyError)
 
 
 def main(argv: list[str]) -> int:
@@ -62,7 +60,7 @@ def main(argv: list[str]) -> int:
             print(line, flush=True)
         progress = _PROGRESS.value and bool(config.logging.progress)
         summary = train(config, workdir, progress=progress)
-    except _USER_ERRORS as err:
+    except USER_ERRORS as err:  # bad input: one line, exit code 2; a bug keeps its traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
     _print_summary(summary)

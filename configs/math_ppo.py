@@ -147,9 +147,12 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.max_staleness = 1  # no update uses tokens more than this many versions old
     c.rollout.partial = "continue"  # continue | abort
     # Off-policy correction (agentic_jax.rl.off_policy), w = pi_trainer / pi_sampler per token:
-    # none | token (decoupled PPO) | sequence; is_cap truncates w (0: off); is_mask drops tokens
-    # with w outside [1/is_mask, is_mask] (0: off).
-    c.rl.is_level = "none"
+    # auto | none | token (decoupled PPO) | sequence; is_cap truncates w (0: off); is_mask drops
+    # tokens with w outside [1/is_mask, is_mask] (0: off). auto: token with is_cap 2 (unless set)
+    # when the sampler's policy can differ from the trainer's (rl.async_mode other than sync with
+    # rollout.max_staleness > 0, or model.dtype below float32), else none
+    # (agentic_jax.rl.config.resolve_off_policy); the run prints and records what it chose.
+    c.rl.is_level = "auto"
     c.rl.is_cap = 0.0
     c.rl.is_mask = 0.0
     # Dynamic sampling: train on prompt groups whose accuracy is within the band (e.g.

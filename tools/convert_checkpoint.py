@@ -21,6 +21,7 @@ from pathlib import Path
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from agentic_jax.errors import UserError
 from agentic_jax.models import ModelConfig, Transformer, from_pretrained, save_pretrained
 
 CONFIG_FILE = "model_config.json"
@@ -45,12 +46,15 @@ def load_orbax(directory: Path) -> Transformer:
     config_file = directory / CONFIG_FILE
     if (directory / "checkpoints").is_dir() or (directory.name == "checkpoints"):
         run = directory.parent if directory.name == "checkpoints" else directory
-        raise ValueError(f"{directory}: a training run's checkpoints, not a parameter "
-                         f"checkpoint; export it with: python tools/export_hf.py "
-                         f"--workdir={run} --out=DIR")
+        raise UserError(f"{directory}: a training run's checkpoints, not a parameter "
+                        f"checkpoint; export it with: python tools/export_hf.py "
+                        f"--workdir={run} --out=DIR")
     if not config_file.exists():
         raise FileNotFoundError(f"{config_file}: not found (not an orbax parameter checkpoint)")
-    cfg = ModelConfig(**json.loads(config_file.read_text()))
+    try:
+        cfg = ModelConfig(**json.loads(config_file.read_text()))
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{config_file}: not a model config ({err})") from None
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
     target = nnx.to_pure_dict(abstract)
     restored = ocp.StandardCheckpointer().restore(directory / PARAMS_DIR, target)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         convert(args)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, UserError) as err:
         print(f"convert_checkpoint: {err}", file=sys.stderr)
         return 2
     return 0

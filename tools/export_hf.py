@@ -22,6 +22,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx, traverse_util
 
+from agentic_jax.errors import UserError
 from agentic_jax.models import (
     ModelConfig,
     Transformer,
@@ -87,7 +88,7 @@ def read_policy(checkpoints: Path, info: RunModel, step: int | None) -> tuple[Tr
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise ValueError(f"--step={step}: no such checkpoint in {checkpoints}; have {steps}")
+        raise UserError(f"--step={step}: no such checkpoint in {checkpoints}; have {steps}")
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(info.cfg,
                                                                       rngs=nnx.Rngs(0))))
     wanted = traverse_util.flatten_dict(nnx.to_pure_dict(abstract))
@@ -114,8 +115,8 @@ def _base_params(info: RunModel, missing: list[tuple[str, ...]],
     if not missing:
         return {}
     if info.source_dir is None:
-        raise ValueError(f"{checkpoints}: the checkpoint has no {'/'.join(missing[0])} and the "
-                         f"run names no model.path to take it from")
+        raise UserError(f"{checkpoints}: the checkpoint has no {'/'.join(missing[0])} and the "
+                        f"run names no model.path to take it from")
     cfg = info.cfg
     base = from_pretrained(info.source_dir, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                            value_head=cfg.value_head, lora_rank=cfg.lora_rank,
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             model = from_pretrained(args.hf, dtype=args.dtype, value_head=args.value_head)
             write_init_checkpoint(model, args.out)
             print(f"wrote {args.out / CHECKPOINTS}/0; {model_summary(model.cfg, str(args.hf))}")
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, UserError) as err:
         print(f"export_hf: {err}", file=sys.stderr)
         return 2
     return 0

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import sympy
 
+from agentic_jax.errors import UserError
 from agentic_jax.reward import grade_answer
 from agentic_jax.reward.compare import canonical
 from agentic_jax.reward.grader import interpret
@@ -77,9 +78,9 @@ def check_derivation(text: str, time_budget_s: float | None = None) -> Derivatio
     deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     lines = split_steps(text)
     if not lines:
-        raise ValueError("derivation: expected at least one non-empty line")
+        raise UserError("derivation: expected at least one non-empty line")
     if len(lines) > MAX_STEPS:
-        raise ValueError(f"derivation: {len(lines)} steps; at most {MAX_STEPS}")
+        raise UserError(f"derivation: {len(lines)} steps; at most {MAX_STEPS}")
     steps, first_invalid, previous = [], None, None
     for number, raw in lines:
         continues = bool(_CONTINUES.match(raw))
@@ -303,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args[0], encoding="utf-8") as f:
                 text = f.read(1 << 20)
         result = check_derivation(text)
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, UserError) as err:
         print(f"error: {args[0]}: {err}", file=sys.stderr)
         return 2
     print(format_result(result))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentic_jax.apps.homework import HomeworkRow, read_homework, write_results_csv
+from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.reward import extract_answer, grade_answer
 
 SANDBOX_CHUNK = 4  # snippets of one budgeted upload queued on the sandbox at a time
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rows = read_homework(args.input)
-    except ValueError as err:
+    except UserError as err:
         print(f"error: --input: {err}", file=sys.stderr)
         return 2
     from agentic_jax.apps.hints import hint_session
@@ -193,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sandbox = stack.enter_context(grading_sandbox())
         try:
             hints = stack.enter_context(hint_session(args.workdir, args.hint_tokens))
-        except (ValueError, FileNotFoundError) as err:  # no run, or no checkpoint in it
+        except USER_ERRORS as err:  # no run, or no checkpoint in it
             print(f"error: --workdir: {err}", file=sys.stderr)
             return 2
         results = grade_rows(rows, sandbox, hints, progress=_progress)

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 
+from agentic_jax.errors import UserError
 from agentic_jax.utils.files import loads_bounded
 
 MAX_ROWS = 10_000
@@ -49,18 +50,18 @@ class HomeworkRow:
 def read_homework(path: str) -> list[HomeworkRow]:
     """The rows of a ``.csv`` / ``.jsonl`` file (by its extension)."""
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file")
     if os.path.getsize(path) > MAX_FILE_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MB")
+        raise UserError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MB")
     kind = os.path.splitext(path)[1].lower().lstrip(".")
     with open(path, "rb") as f:
         data = f.read()
     try:
         return parse_homework(data.decode("utf-8-sig"), kind)
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text") from None
+        raise UserError(f"{path}: not UTF-8 text") from None
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise UserError(f"{path}: {err}") from None
 
 
 def parse_homework(text: str, kind: str) -> list[HomeworkRow]:
@@ -70,11 +71,11 @@ def parse_homework(text: str, kind: str) -> list[HomeworkRow]:
     elif kind in ("jsonl", "json"):
         records = _jsonl_records(text)
     else:
-        raise ValueError(f"expected a .csv or .jsonl file, got {kind!r}")
+        raise UserError(f"expected a .csv or .jsonl file, got {kind!r}")
     rows = []
     for index, record in enumerate(records, 1):
         if index > MAX_ROWS:
-            raise ValueError(f"more than {MAX_ROWS} rows")
+            raise UserError(f"more than {MAX_ROWS} rows")
         rows.append(_row(index, record))
     return rows
 
@@ -84,9 +85,9 @@ def _csv_records(text: str) -> Iterable[dict | str]:
     try:
         header = [h.strip().lower() for h in next(reader)]
     except StopIteration:
-        raise ValueError("empty file: expected a header row") from None
+        raise UserError("empty file: expected a header row") from None
     except csv.Error as err:
-        raise ValueError(f"header row: {err}") from None
+        raise UserError(f"header row: {err}") from None
     columns = _columns(header)
     while True:
         try:
@@ -112,8 +113,8 @@ def _columns(header: Sequence[str]) -> dict[str, int]:
                 columns[field] = header.index(name)
                 break
     if "student_answer" not in columns and "student_code" not in columns:
-        raise ValueError(f"header {list(header)}: expected a student_answer or student_code "
-                         "column")
+        raise UserError(f"header {list(header)}: expected a student_answer or student_code "
+                        "column")
     return columns
 
 

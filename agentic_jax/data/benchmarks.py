@@ -34,6 +34,7 @@ from typing import Any
 from agentic_jax.data.problem import Problem
 from agentic_jax.data.sources import SourceStats, normalise_gsm8k_answer, numeric_tests
 from agentic_jax.data.table_files import read_rows
+from agentic_jax.errors import UserError
 from agentic_jax.reward.extract import extract_answer
 
 LAYOUTS = ("math", "gsm8k", "qa", "olympiadbench", "dapo", "orz")
@@ -62,24 +63,24 @@ class Fields:
 
 def _text(value: Any, field: str) -> str:
     if value is None:
-        raise ValueError(f"field {field!r}: missing")
+        raise UserError(f"field {field!r}: missing")
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if isinstance(value, bool):
-        raise ValueError(f"field {field!r}: expected text, got a boolean")
+        raise UserError(f"field {field!r}: expected text, got a boolean")
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"field {field!r}: not a finite number")
+            raise UserError(f"field {field!r}: not a finite number")
         value = int(value) if value.is_integer() else value  # AMC writes 142.0
     if isinstance(value, int | float):
         value = str(value)
     if isinstance(value, list) and all(isinstance(v, str) for v in value) and value:
         value = ", ".join(v.strip() for v in value)  # OlympiadBench's final_answer list
     if not isinstance(value, str):
-        raise ValueError(f"field {field!r}: expected text, got {type(value).__name__}")
+        raise UserError(f"field {field!r}: expected text, got {type(value).__name__}")
     value = value.strip()
     if not value:
-        raise ValueError(f"field {field!r}: empty")
+        raise UserError(f"field {field!r}: empty")
     return value
 
 
@@ -96,7 +97,7 @@ def _level(value: Any) -> int | None:
 
 def _orz(row: list) -> Fields:
     if len(row) < 2 or not all(isinstance(m, Mapping) for m in row[:2]):
-        raise ValueError("expected [human message, assistant message with ground_truth]")
+        raise UserError("expected [human message, assistant message with ground_truth]")
     truth = row[1].get("ground_truth")
     answer = truth.get("value") if isinstance(truth, Mapping) else truth
     return Fields("orz", _text(row[0].get("value"), "value"), _text(answer, "ground_truth"))
@@ -105,7 +106,7 @@ def _orz(row: list) -> Fields:
 def _dapo(row: Mapping[str, Any]) -> Fields:
     messages = row.get("prompt")
     if not isinstance(messages, list) or not messages or not isinstance(messages[-1], Mapping):
-        raise ValueError("field 'prompt': expected a list of chat messages")
+        raise UserError("field 'prompt': expected a list of chat messages")
     question = _text(messages[-1].get("content"), "prompt.content")
     if question.startswith(_DAPO_PREFIX) and "\n\n" in question:
         question = question.split("\n\n", 1)[1].split(_DAPO_SUFFIX, 1)[0].strip()
@@ -135,13 +136,13 @@ def read_fields(row: Any) -> Fields:
     if isinstance(row, list):
         return _orz(row)
     if not isinstance(row, Mapping):
-        raise ValueError(f"expected a row object, got {type(row).__name__}")
+        raise UserError(f"expected a row object, got {type(row).__name__}")
     layout = _layout(row)
     if layout == "dapo":
         return _dapo(row)
     found = _first(row, _QUESTION_KEYS)
     if found is None:
-        raise ValueError(f"no question column (one of {', '.join(_QUESTION_KEYS)})")
+        raise UserError(f"no question column (one of {', '.join(_QUESTION_KEYS)})")
     question = _text(found[1], found[0])
     solution = _text(row["solution"], "solution") if row.get("solution") else ""
     if layout == "gsm8k":
@@ -153,7 +154,7 @@ def read_fields(row: Any) -> Fields:
         stated = _first(row, _ANSWER_KEYS)
         answer = _text(stated[1], stated[0]) if stated else extract_answer(solution)
         if answer is None:
-            raise ValueError("no answer column and no final answer in the solution")
+            raise UserError("no answer column and no final answer in the solution")
     if isinstance(row.get("solution"), list):
         solution = "\n\n".join(str(s) for s in row["solution"])
     subject = _first(row, _SUBJECT_KEYS)
@@ -220,9 +221,9 @@ def parse_benchmark_specs(spec: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         bench, sep, path = item.partition("=")
         if not sep or not bench.strip() or not path.strip():
-            raise ValueError(f"--benchmarks: expected name=PATH, got {item!r}")
+            raise UserError(f"--benchmarks: expected name=PATH, got {item!r}")
         if bench.strip() in specs:
-            raise ValueError(f"--benchmarks: {bench.strip()!r} given twice")
+            raise UserError(f"--benchmarks: {bench.strip()!r} given twice")
         specs[bench.strip()] = path.strip()
     return specs
 
@@ -234,6 +235,6 @@ def load_benchmarks(specs: Mapping[str, str], **kwargs: Any) -> dict[str, list[P
     for name, path in specs.items():
         problems = load_benchmark(path, name=name, **kwargs)
         if not problems:
-            raise ValueError(f"benchmark {name!r}: no readable problems in {path}")
+            raise UserError(f"benchmark {name!r}: no readable problems in {path}")
         loaded[name] = problems
     return loaded

@@ -22,6 +22,7 @@ from typing import Any
 
 from agentic_jax.data.problem import Problem
 from agentic_jax.data.recipes import RECIPES, recipe_prompt
+from agentic_jax.errors import UserError
 
 CODE_OPEN = "```python\n"
 CODE_CLOSE = "```"
@@ -82,15 +83,15 @@ def format_prompt(question: str, *, template: str = "zero", tokenizer: Any = Non
         return f"Problem: {question}\nTools: {'python' if allow_tools else 'none'}\nSolution:\n"
     if template == "chat":
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-            raise ValueError("template='chat': the tokenizer has no chat_template; "
-                             "use template='zero' for base models")
+            raise UserError("template='chat': the tokenizer has no chat_template; "
+                            "use template='zero' for base models")
         messages = [{"role": "system", "content": instruction},
                     {"role": "user", "content": question}]
         return tokenizer.apply_chat_template(messages, tokenize=False,
                                              add_generation_prompt=True)
     if template in RECIPES:
         return recipe_prompt(question, template, tokenizer=tokenizer, allow_tools=allow_tools)
-    raise ValueError(f"template: expected one of {TEMPLATES}, got {template!r}")
+    raise UserError(f"template: expected one of {TEMPLATES}, got {template!r}")
 
 
 def format_tool_output(stdout_or_error: str, max_chars: int = MAX_OUTPUT_CHARS) -> str:

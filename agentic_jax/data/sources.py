@@ -32,6 +32,7 @@ from agentic_jax.data import checks, symbolic
 from agentic_jax.data.curriculum import generate_curriculum
 from agentic_jax.data.problem import Problem
 from agentic_jax.data.split import split_problems
+from agentic_jax.errors import UserError
 
 _TFDS_BUILDER_MODULES = (
     "tensorflow_datasets.text.gsm8k",
@@ -61,11 +62,11 @@ class SourceStats:
 def _text(value: Any, field: str) -> str:
     """A dataset field as clean text: bytes decoded, a printed b'...' unwrapped, edges trimmed."""
     if value is None:
-        raise ValueError(f"field {field!r}: missing")
+        raise UserError(f"field {field!r}: missing")
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"field {field!r}: expected text, got {type(value).__name__}")
+        raise UserError(f"field {field!r}: expected text, got {type(value).__name__}")
     text = str(value).strip()
     match = _BYTES_REPR.fullmatch(text)
     if match:
@@ -74,18 +75,18 @@ def _text(value: Any, field: str) -> str:
         text = text[:-2]
     text = text.strip()
     if not text:
-        raise ValueError(f"field {field!r}: empty")
+        raise UserError(f"field {field!r}: empty")
     return text
 
 
 def normalise_gsm8k_answer(solution: str) -> str:
     """The final answer of a GSM8K solution: after the last "####", no commas, $ or final dot."""
     if "####" not in solution:
-        raise ValueError("field 'answer': no '####' final answer")
+        raise UserError("field 'answer': no '####' final answer")
     answer = solution.rsplit("####", 1)[1].strip()
     answer = re.sub(r"(?<=\d),(?=\d{3})", "", answer).replace("$", "").rstrip(".").strip()
     if not answer:
-        raise ValueError("field 'answer': empty after '####'")
+        raise UserError("field 'answer': empty after '####'")
     return answer
 
 
@@ -117,10 +118,10 @@ def _jsonl_rows(path: str, stats: SourceStats) -> Iterator[Problem]:
             try:
                 row = json.loads(line)
                 if not isinstance(row, dict):
-                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+                    raise UserError(f"expected a JSON object, got {type(row).__name__}")
                 tests = row.get("tests")
                 if tests is not None and not isinstance(tests, str):
-                    raise ValueError("field 'tests': expected a string")
+                    raise UserError("field 'tests': expected a string")
                 question, answer = _text(row.get("question"), "question"), _text(
                     row.get("answer"), "answer")
             except ValueError as err:  # json.JSONDecodeError is a ValueError too
@@ -150,9 +151,9 @@ def _tfds_rows(spec: str, split: str, data_dir: str | None, stats: SourceStats
     try:
         rows = tfds.data_source(spec, split=split, data_dir=data_dir, download=False)
     except Exception as err:  # tfds raises many types; all mean "not available here"
-        raise ValueError(f"data.source={spec!r}: cannot open split {split!r} (data_dir="
-                         f"{data_dir}): {type(err).__name__}: {str(err).splitlines()[0]}"
-                         ) from err
+        raise UserError(f"data.source={spec!r}: cannot open split {split!r} (data_dir="
+                        f"{data_dir}): {type(err).__name__}: {str(err).splitlines()[0]}"
+                        ) from err
     for index in range(len(rows)):
         try:
             row = rows[index]
@@ -166,7 +167,7 @@ def _tfds_rows(spec: str, split: str, data_dir: str | None, stats: SourceStats
 
 def _curriculum(split: str, seed: int, test_fraction: float) -> list[Problem]:
     if split not in ("train", "test"):
-        raise ValueError(f"split: the curriculum has 'train' and 'test', got {split!r}")
+        raise UserError(f"split: the curriculum has 'train' and 'test', got {split!r}")
     train, test = split_problems(generate_curriculum(seed), test_fraction, seed)
     return train if split == "train" else test
 
@@ -177,9 +178,9 @@ def _file(path: str, split: str, seed: int, test_fraction: float,
     from agentic_jax.data.benchmarks import load_benchmark
 
     if split not in ("train", "test"):
-        raise ValueError(f"split: a file: source has 'train' and 'test', got {split!r}")
+        raise UserError(f"split: a file: source has 'train' and 'test', got {split!r}")
     if not os.path.exists(path):
-        raise ValueError(f"data.source='file:{path}': no such file or directory")
+        raise UserError(f"data.source='file:{path}': no such file or directory")
     dataset_dict = os.path.exists(os.path.join(path, "dataset_dict.json"))
     problems = load_benchmark(path, split="train" if dataset_dict else None, levels=levels,
                               stats=stats)
@@ -206,22 +207,22 @@ def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction
     """
     stats = stats if stats is not None else SourceStats()
     if levels is not None and not spec.startswith("file:"):
-        raise ValueError(f"data.levels: applies to file: sources, not {spec!r}")
+        raise UserError(f"data.levels: applies to file: sources, not {spec!r}")
     rows: Iterable[Problem]
     if spec == "curriculum":
         rows = _curriculum(split, seed, test_fraction)
     elif spec.startswith("jsonl:"):
         path = spec[len("jsonl:"):]
         if not os.path.isfile(path):
-            raise ValueError(f"data.source={spec!r}: no such file {path!r}")
+            raise UserError(f"data.source={spec!r}: no such file {path!r}")
         rows = _jsonl_rows(path, stats)
     elif spec.startswith("file:"):
         rows = _file(spec[len("file:"):], split, seed, test_fraction, levels, stats)
     elif spec == "gsm8k" or spec.startswith("math_dataset/"):
         rows = _tfds_rows(spec, split, data_dir, stats)
     else:
-        raise ValueError(f"data.source={spec!r}: expected 'curriculum', 'file:PATH', "
-                         "'jsonl:PATH', 'gsm8k' or 'math_dataset/<module>'")
+        raise UserError(f"data.source={spec!r}: expected 'curriculum', 'file:PATH', "
+                        "'jsonl:PATH', 'gsm8k' or 'math_dataset/<module>'")
     problems = []
     for problem in rows:
         if limit is not None and len(problems) >= limit:

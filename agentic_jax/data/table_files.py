@@ -17,6 +17,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from agentic_jax.errors import UserError
+
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -47,14 +49,14 @@ def _json(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
             if err.msg == "Extra data":  # JSON lines under a .json name, as hub exports often are
                 yield from _jsonl(path, on_error)
                 return
-            raise ValueError(f"{path}: not a JSON file ({err.msg} at line {err.lineno})") from err
+            raise UserError(f"{path}: not a JSON file ({err.msg} at line {err.lineno})") from err
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: the one list inside
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
-            raise ValueError(f"{path}: expected a JSON list of rows or an object holding one")
+            raise UserError(f"{path}: expected a JSON list of rows or an object holding one")
         data = lists[0]
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
+        raise UserError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
     for index, row in enumerate(data):
         yield Row(f"{path}[{index}]", row)
 
@@ -65,7 +67,7 @@ def _parquet(path: str) -> Iterator[Row]:
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"{path}: not a readable parquet file ({err})") from err
+        raise UserError(f"{path}: not a readable parquet file ({err})") from err
     for index, row in enumerate(table.to_pylist()):
         yield Row(f"{path}[{index}]", row)
 
@@ -78,7 +80,7 @@ def _saved_dataset(path: str, split: str | None) -> Iterator[Row]:
         names = list(loaded)
         chosen = split or next((s for s in ("test", "train") if s in loaded), names[0])
         if chosen not in loaded:
-            raise ValueError(f"{path}: no split {chosen!r} (has {', '.join(names)})")
+            raise UserError(f"{path}: no split {chosen!r} (has {', '.join(names)})")
         loaded, where = loaded[chosen], f"{path}[{chosen}]"
     else:
         where = path
@@ -107,14 +109,14 @@ def read_rows(path: str, *, split: str | None = None,
             return
         files = _data_files(path, split)
         if not files:
-            raise ValueError(f"{path}: a directory with neither a saved dataset nor "
-                             f"{'/'.join(DATA_SUFFIXES)} files" + (f" for split {split!r}"
+            raise UserError(f"{path}: a directory with neither a saved dataset nor "
+                            f"{'/'.join(DATA_SUFFIXES)} files" + (f" for split {split!r}"
                                                                    if split else ""))
         for file in files:
             yield from read_rows(file, on_error=on_error)
         return
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file or directory")
+        raise UserError(f"{path}: no such file or directory")
     if path.endswith(".jsonl"):
         yield from _jsonl(path, on_error)
     elif path.endswith(".json"):
@@ -122,5 +124,5 @@ def read_rows(path: str, *, split: str | None = None,
     elif path.endswith(".parquet"):
         yield from _parquet(path)
     else:
-        raise ValueError(f"{path}: expected a .jsonl, .json or .parquet file or a datasets "
-                         "directory")
+        raise UserError(f"{path}: expected a .jsonl, .json or .parquet file or a datasets "
+                        "directory")

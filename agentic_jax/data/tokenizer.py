@@ -17,6 +17,7 @@ from typing import Any
 
 from agentic_jax.data import prompts
 from agentic_jax.data.curriculum import generate_curriculum
+from agentic_jax.errors import UserError
 
 ASSET_DIR = Path(__file__).parent / "assets"
 EOS_TOKEN = "<|endoftext|>"
@@ -40,12 +41,12 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
 
     if not os.path.isdir(path):
-        raise ValueError(f"tokenizer path {str(path)!r}: expected a checkpoint directory")
+        raise UserError(f"tokenizer path {str(path)!r}: expected a checkpoint directory")
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:
-        raise ValueError(f"tokenizer path {str(path)!r}: no loadable tokenizer "
-                         f"(tokenizer.json + tokenizer_config.json): {err}") from err
+        raise UserError(f"tokenizer path {str(path)!r}: no loadable tokenizer "
+                        f"(tokenizer.json + tokenizer_config.json): {err}") from err
 
 
 def adds_bos(tokenizer: Any) -> bool:
@@ -100,7 +101,7 @@ def _generation_config(source: str | os.PathLike[str] | dict | None) -> dict[str
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
+        raise UserError(f"{path}: not valid JSON ({err})") from err
 
 
 def builtin_tokenizer() -> Any:

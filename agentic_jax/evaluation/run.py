@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 
+from agentic_jax.errors import UserError
 from agentic_jax.evaluation import report
 from agentic_jax.evaluation.metrics import (
     NUM_RESAMPLES,
@@ -71,11 +72,11 @@ def evaluate_benchmarks(benchmarks: Mapping[str, Sequence], sample: SampleFn, ev
     {name: result}. On several hosts every host calls this (the sampler is collective and
     returns every problem's samples) and only process 0 passes ``write=True``."""
     if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        raise UserError(f"num_samples must be >= 1, got {num_samples}")
     results = {}
     for name, problems in benchmarks.items():
         if not problems:
-            raise ValueError(f"benchmark {name!r} has no problems")
+            raise UserError(f"benchmark {name!r} has no problems")
         logger.info("evaluating %s: %d problems x %d samples", name, len(problems), num_samples)
         samples = _as_samples(name, problems, sample(problems, num_samples), num_samples)
         result, scores = evaluate_benchmark(name, problems, samples, grade=grade,

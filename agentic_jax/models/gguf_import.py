@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from agentic_jax.errors import UserError
+
 # The architectures whose GGUF tensors map one to one onto ours.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 _LAYER_TENSORS = {
@@ -109,7 +111,7 @@ def _reader(path: str | os.PathLike):
     try:
         return gguf.GGUFReader(str(path))
     except (ValueError, OSError) as err:
-        raise ValueError(f"{path}: not a readable GGUF file ({err})") from err
+        raise UserError(f"{path}: not a readable GGUF file ({err})") from err
 
 
 def read_metadata(reader: Any, source: str) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def read_metadata(reader: Any, source: str) -> dict[str, Any]:
         try:
             meta[name] = field.contents()
         except (ValueError, IndexError) as err:
-            raise ValueError(f"{source}: unreadable metadata field {name!r} ({err})") from err
+            raise UserError(f"{source}: unreadable metadata field {name!r} ({err})") from err
     return meta
 
 
@@ -130,12 +132,12 @@ def hf_config_from_gguf(meta: dict[str, Any], reader: Any, source: str) -> dict[
     """config.json for the file's architecture; anything we cannot represent is an error."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise ValueError(f"{source}: GGUF architecture {arch!r} is not supported; expected "
-                         f"one of {sorted(ARCHITECTURES)}")
+        raise UserError(f"{source}: GGUF architecture {arch!r} is not supported; expected "
+                        f"one of {sorted(ARCHITECTURES)}")
 
     def need(key: str) -> Any:
         if f"{arch}.{key}" not in meta:
-            raise ValueError(f"{source}: missing GGUF metadata {arch}.{key}")
+            raise UserError(f"{source}: missing GGUF metadata {arch}.{key}")
         return meta[f"{arch}.{key}"]
 
     names = {t.name for t in reader.tensors}
@@ -143,12 +145,12 @@ def hf_config_from_gguf(meta: dict[str, Any], reader: Any, source: str) -> dict[
     if scaling not in ("none", None) or "rope_freqs.weight" in names:
         what = "rope_freqs.weight (Llama 3 frequencies)" if scaling in ("none", None) \
             else f"rope.scaling.type={scaling}"
-        raise ValueError(f"{source}: RoPE scaling ({what}) in GGUF files is not supported; "
-                         "convert the original Hugging Face checkpoint instead")
+        raise UserError(f"{source}: RoPE scaling ({what}) in GGUF files is not supported; "
+                        "convert the original Hugging Face checkpoint instead")
     hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
     embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embed is None:
-        raise ValueError(f"{source}: no token_embd.weight tensor")
+        raise UserError(f"{source}: no token_embd.weight tensor")
     vocab = int(meta.get(f"{arch}.vocab_size", int(embed.shape[-1])))
     head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
     config = {
@@ -187,8 +189,8 @@ def hf_tensors(reader: Any, hf_config: dict[str, Any]) -> dict[str, np.ndarray]:
     for t in reader.tensors:
         name = _hf_name(t.name)
         if name is None:
-            raise ValueError(f"GGUF tensor {t.name!r} has no counterpart in a "
-                             f"{hf_config['model_type']} model")
+            raise UserError(f"GGUF tensor {t.name!r} has no counterpart in a "
+                            f"{hf_config['model_type']} model")
         # GGUF lists dimensions fastest-first: ne = (in, out) is a numpy array [out, in].
         shape = tuple(int(d) for d in reversed(t.shape))
         array = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
@@ -223,5 +225,5 @@ def _write_tokenizer(gguf_path: Path, out: Path) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     except (OSError, ValueError, KeyError, NotImplementedError) as err:
-        raise ValueError(f"{gguf_path}: its tokenizer could not be rebuilt ({err})") from err
+        raise UserError(f"{gguf_path}: its tokenizer could not be rebuilt ({err})") from err
     tokenizer.save_pretrained(str(out))

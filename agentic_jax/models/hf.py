@@ -16,6 +16,7 @@ import numpy as np
 from flax import nnx
 from safetensors import safe_open
 
+from agentic_jax.errors import UserError
 from agentic_jax.models.config import ModelConfig
 from agentic_jax.models.hf_config import config_from_hf
 from agentic_jax.models.hf_weights import TensorMap, read_region, tensor_maps
@@ -137,10 +138,10 @@ def _check_tensors(reader: CheckpointReader, maps: list[TensorMap],
         for layer in range(num_layers) if tmap.stacked else [None]:
             name = tmap.name(layer)
             if name not in reader:
-                raise ValueError(f"{reader.directory}: tensor {name!r} is missing")
+                raise UserError(f"{reader.directory}: tensor {name!r} is missing")
             found = tuple(reader.tensor(name).get_shape())
             if found != expected:
-                raise ValueError(
+                raise UserError(
                     f"{reader.directory}: tensor {name!r} has shape {found}, expected {expected}"
                 )
 
@@ -169,4 +170,4 @@ def read_json(file: Path) -> dict[str, Any]:
             f"{file}: not found (expected a Hugging Face model directory)"
         ) from err
     except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not valid JSON ({err})") from err
+        raise UserError(f"{file}: not valid JSON ({err})") from err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentic_jax.errors import UserError
 from agentic_jax.models.config import ModelConfig
 from agentic_jax.models.rope import yarn_mscale
 
@@ -28,7 +29,7 @@ def config_from_hf(
     """
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise ValueError(
+        raise UserError(
             f"{source}: model_type {model_type!r} is not supported; expected one of "
             f"{sorted(ARCHITECTURES)}"
         )
@@ -42,7 +43,7 @@ def config_from_hf(
     for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads"):
         if field not in hf:
-            raise ValueError(f"{source}: missing field {field!r}")
+            raise UserError(f"{source}: missing field {field!r}")
     heads = hf["num_attention_heads"]
     default_head_dim = _QWEN3_HEAD_DIM if model_type == "qwen3" else hf["hidden_size"] // heads
     fields: dict[str, Any] = dict(
@@ -67,7 +68,7 @@ def config_from_hf(
 
 def _require(hf: dict[str, Any], field: str, supported: Any, source: str) -> None:
     if hf.get(field, supported) != supported:
-        raise ValueError(
+        raise UserError(
             f"{source}: {field}={hf[field]!r} is not supported (only {supported!r})"
         )
 
@@ -95,7 +96,7 @@ def _rope_fields(hf: dict[str, Any], source: str) -> dict[str, Any]:
         )
     if rope_type == "yarn":
         return _yarn_fields(hf, params, theta, original)
-    raise ValueError(
+    raise UserError(
         f"{source}: rope type {rope_type!r} is not supported; expected one of "
         "'default', 'linear', 'dynamic', 'llama3', 'yarn'"
     )
@@ -142,12 +143,12 @@ def rope_scaling_to_hf(cfg: ModelConfig) -> dict[str, Any] | None:
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     """config.json contents that transformers loads as Qwen2/Qwen3/LlamaForCausalLM."""
     if cfg.family != "qwen2" and cfg.qkv_bias:
-        raise ValueError(
+        raise UserError(
             f"ModelConfig.qkv_bias=True with family={cfg.family!r} has no Hugging Face "
             "equivalent (its attention_bias also biases o_proj); use family='qwen2'"
         )
     if cfg.qk_norm != (cfg.family == "qwen3"):
-        raise ValueError(
+        raise UserError(
             f"ModelConfig.qk_norm={cfg.qk_norm} with family={cfg.family!r}: Hugging Face has "
             "q/k norms exactly in family='qwen3'"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from agentic_jax.errors import UserError
 from agentic_jax.models.config import ModelConfig
 
 
@@ -67,5 +68,5 @@ PRESETS: dict[str, ModelConfig] = {
 def get_preset(name: str, **overrides: Any) -> ModelConfig:
     """Returns the preset `name` with any ModelConfig fields replaced, e.g. `vocab_size=...`."""
     if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+        raise UserError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
     return dataclasses.replace(PRESETS[name], **overrides)

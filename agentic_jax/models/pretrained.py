@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentic_jax.errors import UserError
 from agentic_jax.models.config import ModelConfig
 
 # Full fine-tuning of a pretrained policy with RL moves in steps of about 1e-6 (verl's and
@@ -59,9 +60,9 @@ def pretrained_defaults(cfg: ModelConfig, *, has_chat_template: bool, longest_pr
     wanted = longest_prompt + response_tokens
     max_length = min(-(-wanted // LENGTH_MULTIPLE) * LENGTH_MULTIPLE, cfg.max_seq_len)
     if max_length <= longest_prompt:
-        raise ValueError(f"pretrained_defaults: the longest prompt ({longest_prompt} tokens) "
-                         f"leaves no room for a response in the model's context "
-                         f"({cfg.max_seq_len})")
+        raise UserError(f"pretrained_defaults: the longest prompt ({longest_prompt} tokens) "
+                        f"leaves no room for a response in the model's context "
+                        f"({cfg.max_seq_len})")
     return {
         "training.lr": LORA_LR if cfg.lora_rank else PRETRAINED_LR,
         "data.template": "chat" if has_chat_template else "zero",

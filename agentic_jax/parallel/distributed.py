@@ -25,6 +25,8 @@ import numpy as np
 from absl import flags, logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentic_jax.errors import UserError
+
 T = TypeVar("T")
 
 # Variables whose presence means a launcher started this process as one of several. They mirror
@@ -130,13 +132,13 @@ def _validated_flags(coordinator_address: str | None, num_processes: int | None,
         return False
     if len(present) < len(given):
         missing = ", ".join(name for name in given if name not in present)
-        raise ValueError(f"{', '.join(present)} given without {missing}: multi-host start needs "
-                         "--coordinator_address, --num_processes and --process_id together")
+        raise UserError(f"{', '.join(present)} given without {missing}: multi-host start needs "
+                        "--coordinator_address, --num_processes and --process_id together")
     _check_host_port(coordinator_address)
     if num_processes < 1:
-        raise ValueError(f"--num_processes must be >= 1, got {num_processes}")
+        raise UserError(f"--num_processes must be >= 1, got {num_processes}")
     if not 0 <= process_id < num_processes:
-        raise ValueError(f"--process_id must be in [0, {num_processes}), got {process_id}")
+        raise UserError(f"--process_id must be in [0, {num_processes}), got {process_id}")
     return True
 
 
@@ -147,8 +149,8 @@ def _check_host_port(address: str) -> None:
         host = host[1:-1]
     valid_port = port.isdigit() and 0 < int(port) < 65536
     if not sep or not host or not valid_port or any(c.isspace() for c in host):
-        raise ValueError(f"--coordinator_address must be HOST:PORT (e.g. 10.0.0.2:1234), "
-                         f"got {address!r}")
+        raise UserError(f"--coordinator_address must be HOST:PORT (e.g. 10.0.0.2:1234), "
+                        f"got {address!r}")
 
 
 def detect_cluster(environ: Mapping[str, str]) -> str | None:
@@ -187,8 +189,8 @@ def vertex_cluster_args(environ: Mapping[str, str]) -> tuple[str, int, int]:
         process_id = hosts.index((spec["task"]["type"], int(spec["task"]["index"])))
         return pools[names[0]][0], len(hosts), process_id
     except (KeyError, ValueError, IndexError, TypeError) as err:
-        raise ValueError(f"{_VERTEX_VAR} is not a Vertex AI cluster spec "
-                         f"(cluster.workerpoolN lists and task.type/index): {err!r}") from err
+        raise UserError(f"{_VERTEX_VAR} is not a Vertex AI cluster spec "
+                        f"(cluster.workerpoolN lists and task.type/index): {err!r}") from err
 
 
 def describe_devices() -> str:

@@ -9,6 +9,8 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh
 
+from agentic_jax.errors import UserError
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 
@@ -22,14 +24,14 @@ def make_mesh(
     fields = ", ".join(f"mesh.{k}={v}" for k, v in sizes.items())
     wildcards = [k for k, v in sizes.items() if v == -1]
     if len(wildcards) > 1 or any(v == 0 or v < -1 for v in sizes.values()):
-        raise ValueError(f"{fields}: sizes must be positive, with at most one -1")
+        raise UserError(f"{fields}: sizes must be positive, with at most one -1")
     fixed = math.prod(v for v in sizes.values() if v != -1)
     if wildcards:
         if count % fixed:
-            raise ValueError(f"{fields}: the fixed sizes ({fixed}) do not divide {count} devices")
+            raise UserError(f"{fields}: the fixed sizes ({fixed}) do not divide {count} devices")
         sizes[wildcards[0]] = count // fixed
     elif fixed != count:
-        raise ValueError(f"{fields}: the product ({fixed}) must equal the {count} devices")
+        raise UserError(f"{fields}: the product ({fixed}) must equal the {count} devices")
     shape = tuple(sizes[a] for a in MESH_AXES)
     # Auto axes: shardings are given at jit boundaries and XLA propagates them inside.
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
@@ -39,6 +41,6 @@ def mesh_from_config(cfg_mesh: Any, devices: Sequence[jax.Device] | None = None)
     """Mesh from a config group with fields data, fsdp, tensor (ml_collections ConfigDict)."""
     missing = [f for f in MESH_AXES if f not in cfg_mesh]
     if missing:
-        raise ValueError(f"mesh config lacks field(s) {', '.join('mesh.' + f for f in missing)}")
+        raise UserError(f"mesh config lacks field(s) {', '.join('mesh.' + f for f in missing)}")
     return make_mesh(int(cfg_mesh["data"]), int(cfg_mesh["fsdp"]), int(cfg_mesh["tensor"]),
                      devices=devices)

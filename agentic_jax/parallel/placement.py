@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agentic_jax.errors import UserError
 from agentic_jax.parallel.mesh import make_mesh
 
 
@@ -47,17 +48,17 @@ def split_devices(rollout_devices: int, devices: Sequence[jax.Device] | None = N
     devices = tuple(jax.devices() if devices is None else devices)
     processes = jax.process_count() if processes is None else processes
     if isinstance(rollout_devices, bool) or not isinstance(rollout_devices, int):
-        raise ValueError(f"mesh.rollout_devices: expected an int, got {rollout_devices!r}")
+        raise UserError(f"mesh.rollout_devices: expected an int, got {rollout_devices!r}")
     if rollout_devices < 0:
-        raise ValueError(f"mesh.rollout_devices: expected a number >= 0, got {rollout_devices}")
+        raise UserError(f"mesh.rollout_devices: expected a number >= 0, got {rollout_devices}")
     if rollout_devices == 0:
         return Placement(train=devices)
     if processes > 1:
-        raise ValueError(f"mesh.rollout_devices: expected 0 with {processes} processes (each "
-                         f"host samples on its own devices), got {rollout_devices}")
+        raise UserError(f"mesh.rollout_devices: expected 0 with {processes} processes (each "
+                        f"host samples on its own devices), got {rollout_devices}")
     if rollout_devices >= len(devices):
-        raise ValueError(f"mesh.rollout_devices: expected fewer than the {len(devices)} "
-                         f"devices (the trainer needs at least one), got {rollout_devices}")
+        raise UserError(f"mesh.rollout_devices: expected fewer than the {len(devices)} "
+                        f"devices (the trainer needs at least one), got {rollout_devices}")
     cut = len(devices) - rollout_devices
     return Placement(train=devices[:cut], rollout=devices[cut:])
 

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import ml_collections
 
+from agentic_jax.errors import UserError
 from agentic_jax.rl.config_groups import (
     BenchmarkEvalConfig, CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig,
     ModelSpec, RLConfig, StalenessConfig, TrainingConfig, WarmStartConfig)
 
 T = TypeVar("T")
 
+# The truncation cap rl.is_level="auto" applies when rl.is_cap leaves it open: token-level
+# truncated importance sampling at C = 2, verl's default (rollout_is_threshold).
+AUTO_IS_CAP = 2.0
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config value that cannot work; the message names the field and what was expected."""
 
 
@@ -151,6 +155,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     training = read_group(TrainingConfig, config.training, "training")
     r, ro = config.rl, config.rollout
     sampling = read_group(SamplingParams, ro, "rollout")
+    staleness = read_group(StalenessConfig, ro, "rollout")
     return RunConfig(
         seed=int(config.seed),
         model=model,
@@ -165,8 +170,9 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
             kl_coef=0.0 if rl.kl_in_reward else float(rl.kl_coef)),
         advantage=read_group(AdvantageConfig, r, "rl"),
         filters=read_group(FilterConfig, r, "rl"),
-        off_policy=read_group(OffPolicyConfig, r, "rl"),
-        staleness=read_group(StalenessConfig, ro, "rollout"),
+        off_policy=read_group(OffPolicyConfig, r, "rl",
+                              **resolve_off_policy(r, rl, staleness, model).values),
+        staleness=staleness,
         reward=read_group(RewardConfig, r, "rl",
                           use_verification=rl.reward_check == "verify"),
         sampling=sampling,
@@ -186,3 +192,43 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         logging=read_group(LoggingConfig, config.logging, "logging"),
         eval=read_group(BenchmarkEvalConfig, config.get("eval"), "eval"),
     )
+
+
+class OffPolicyChoice(NamedTuple):
+    """What ``rl.is_level`` comes to: ``values`` (is_level, is_cap) for `OffPolicyConfig`
+    (empty when the config names a level itself) and ``line``, the choice in words (empty when
+    it is not "auto")."""
+
+    values: dict[str, Any]
+    line: str
+
+
+def resolve_off_policy(r: Any, rl: RLConfig, staleness: StalenessConfig,
+                       model: ModelSpec) -> OffPolicyChoice:
+    """``rl.is_level="auto"`` (group ``r``): token-level truncated importance weights (cap
+    ``rl.is_cap``, else AUTO_IS_CAP) when the sampler's policy can differ from the trainer's,
+    "none" when it cannot. They differ when rollouts overlap updates (``rl.async_mode`` other
+    than sync with ``rollout.max_staleness`` > 0: tokens up to that many versions old) or the
+    forward runs below float32 (the engine's paged decode and the trainer's full forward round
+    differently enough to matter). Sampler devices of their own (``mesh.rollout_devices``) get
+    the trainer's weights after every update, so they alone do not count."""
+    from agentic_jax.rl.off_policy import IS_LEVELS
+
+    level = r.get("is_level", "none")
+    if level != "auto":
+        if level not in IS_LEVELS:
+            _raise(f"rl.is_level: expected one of {('auto', *IS_LEVELS)}, got {level!r}")
+        return OffPolicyChoice({}, "")
+    if rl.async_mode != "sync" and staleness.max_staleness > 0:
+        why = (f"rl.async_mode={rl.async_mode!r} samples with weights up to "
+               f"rollout.max_staleness={staleness.max_staleness} updates old")
+    elif model.dtype != "float32":
+        why = f"model.dtype={model.dtype!r}: the sampler and the trainer round differently"
+    else:
+        return OffPolicyChoice({"is_level": "none"}, "off-policy correction: rl.is_level=auto "
+                               "-> 'none' (the sampler has the trainer's weights)")
+    cap = float(r.is_cap) or AUTO_IS_CAP
+    return OffPolicyChoice(
+        {"is_level": "token", "is_cap": cap},
+        f"off-policy correction: rl.is_level=auto -> 'token', is_cap={cap} ({why}); "
+        "--config.rl.is_level=none turns it off")

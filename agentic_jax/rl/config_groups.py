@@ -8,15 +8,17 @@ import dataclasses
 import os
 from typing import Any
 
+from agentic_jax.errors import UserError
+
 ALGORITHMS = {"ppo": "gae", "grpo": "grpo", "reinforce_pp": "reinforce_pp"}  # -> estimator
 REWARD_CHECKS = ("grade", "verify")
 ASYNC_MODES = ("sync", "one_step_off", "fully_async")
 
 
 def check(ok: bool, field: str, expected: str, value: Any) -> None:
-    """Raises ``ValueError("field: expected ..., got value")`` unless ``ok``."""
+    """Raises ``UserError("field: expected ..., got value")`` unless ``ok``."""
     if not ok:
-        raise ValueError(f"{field}: expected {expected}, got {value!r}")
+        raise UserError(f"{field}: expected {expected}, got {value!r}")
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -257,7 +259,7 @@ class BenchmarkEvalConfig:
         try:
             return parse_benchmark_specs(self.benchmarks)
         except ValueError as err:
-            raise ValueError(f"benchmarks: {str(err).partition(': ')[2]}") from None
+            raise UserError(f"benchmarks: {str(err).partition(': ')[2]}") from None
 
 
 @dataclasses.dataclass(frozen=True)

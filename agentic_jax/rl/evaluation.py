@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from agentic_jax.data import Problem
+from agentic_jax.errors import UserError
 from agentic_jax.evaluation import pass_at_k
 from agentic_jax.parallel import gather_rows, process_slice
 from agentic_jax.reward import RewardConfig
@@ -91,7 +92,7 @@ def sample_episodes(policy: Policy, problems: Sequence[Problem], *, num_samples:
     a host (default: one training step's, `eval_config`).
     """
     if num_samples < 1:
-        raise ValueError(f"num_samples: expected an integer >= 1, got {num_samples}")
+        raise UserError(f"num_samples: expected an integer >= 1, got {num_samples}")
     batch_size = batch_size or eval_config(policy).batch_size
     _, episodes = _rollout_share(policy, list(problems), num_samples, tools, sampling,
                                  batch_size)

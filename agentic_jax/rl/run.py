@@ -29,7 +29,7 @@ from agentic_jax.rl import state as state_lib
 from agentic_jax.rl import transcripts
 from agentic_jax.rl.benchmark_eval import evaluate_in_training
 from agentic_jax.rl.builders import Run, build_run, publish
-from agentic_jax.rl.config import read_config
+from agentic_jax.rl.config import read_config, resolve_off_policy
 from agentic_jax.rl.evaluation import evaluate
 from agentic_jax.rl.metrics import summarize
 from agentic_jax.rl.rollouts import collect
@@ -56,12 +56,15 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     began = time.perf_counter()
     cfg = read_config(config)
     rundir.check_same_model(config, workdir)
+    off_policy = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model)
     run, state = build_run(cfg)
     checkpointer = None
     try:
         from agentic_jax.models.pretrained import model_summary
 
         _say(model_summary(run.policy.model_cfg, cfg.model.path or None))
+        if off_policy.line:
+            _say(off_policy.line)
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
         needed_mb = update_memory_mb(state.params)
         _say(f"update memory: weights + gradients + AdamW moments of what trains = "
@@ -73,6 +76,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
             record = ml_collections.ConfigDict(config.to_dict())
             if "auto_defaults" in record.model:
                 record.model.auto_defaults = False
+            record.rl.update(off_policy.values)  # rl.is_level="auto" as it resolved
             rundir.record_config(workdir, record, num_params)
         c = cfg.checkpoint
         checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agentic_jax.data import prompts as fmt
+from agentic_jax.errors import UserError
 from agentic_jax.utils import round_up
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list
         if ex is not None:
             examples.append(ex)
     if not examples:
-        raise ValueError(f"warm start: no example fits training.max_length={max_length}")
+        raise UserError(f"warm start: no example fits training.max_length={max_length}")
     return examples
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agentic_jax.data.prompts import CODE_OPEN
+from agentic_jax.errors import UserError
 from agentic_jax.rollout.python_grammar import python_block_grammar
 from agentic_jax.rollout.tools import first_prefix_with
 
@@ -88,7 +89,7 @@ class CodeConstraint:
         grammar = llg.LLMatcher.grammar_from_lark(python_block_grammar(max_depth))
         self._proto = llg.LLMatcher(self._tokenizer, grammar, log_level=0)
         if self._proto.is_error():
-            raise ValueError(f"python block grammar: {self._proto.get_error()}")
+            raise UserError(f"python block grammar: {self._proto.get_error()}")
         self.stats = ConstraintStats()
 
     def start(self, turn: Sequence[int]) -> tuple[int, BlockMatcher] | None:

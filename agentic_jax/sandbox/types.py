@@ -6,6 +6,8 @@ import dataclasses
 import os
 import re
 
+from agentic_jax.errors import UserError
+
 # Fix hints of the error taxonomy; `ExecResult.message` is "<what happened>; <hint>".
 HINTS: dict[str, str] = {
     "ImportError": "add it to environment.whitelist if it is safe",
@@ -58,12 +60,12 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         whitelist = self.whitelist
         if isinstance(whitelist, str) or not all(isinstance(m, str) for m in whitelist):
-            raise ValueError("SandboxConfig.whitelist: expected a sequence of module names, "
-                             f"got {whitelist!r}")
+            raise UserError("SandboxConfig.whitelist: expected a sequence of module names, "
+                            f"got {whitelist!r}")
         for name in whitelist:
             if not _MODULE_NAME.match(name):
-                raise ValueError(f"SandboxConfig.whitelist: {name!r} is not a top-level "
-                                 "module name")
+                raise UserError(f"SandboxConfig.whitelist: {name!r} is not a top-level "
+                                "module name")
         object.__setattr__(self, "whitelist", tuple(dict.fromkeys(whitelist)))
         _check_int("timeout_ms", self.timeout_ms, 1, 3_600_000)
         _check_int("memory_mb", self.memory_mb, 8, 1 << 20)
@@ -80,7 +82,7 @@ class SandboxConfig:
         _check_int("sandbox_gid", self.sandbox_gid, 1, (1 << 32) - 2)
         _check_int("grace_ms", self.grace_ms, 100, 600_000)
         if not isinstance(self.stateful, bool):
-            raise ValueError(f"SandboxConfig.stateful: expected a bool, got {self.stateful!r}")
+            raise UserError(f"SandboxConfig.stateful: expected a bool, got {self.stateful!r}")
 
     @property
     def workers(self) -> int:
@@ -90,8 +92,8 @@ class SandboxConfig:
 
 def _check_int(field: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"SandboxConfig.{field}: expected an integer in [{low}, {high}], "
-                         f"got {value!r}")
+        raise UserError(f"SandboxConfig.{field}: expected an integer in [{low}, {high}], "
+                        f"got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,8 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.errors import USER_ERRORS, UserError
+
 # The default config of a source checkout, so that `--config.model.path=...` alone works.
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "configs", "math_ppo.py")
@@ -69,7 +71,7 @@ def main(argv: list[str]) -> int:
                              max_batch_rows=_MAX_BATCH.value, max_queue=_MAX_QUEUE.value,
                              request_timeout_s=_TIMEOUT.value, batch_wait_ms=_BATCH_WAIT.value)
         loaded = load_policy(_CONFIG.value, _WORKDIR.value, overrides)
-    except (ValueError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     policy = loaded.policy
@@ -77,7 +79,7 @@ def main(argv: list[str]) -> int:
         from agentic_jax.rollout.constrain import code_constraint
         try:
             code_constraint(policy.tokenizer, policy.engine.model_cfg.vocab_size)
-        except (ImportError, ValueError) as err:
+        except (ImportError, UserError) as err:
             print(f"error: --constrain_code: {err}", file=sys.stderr)
             return 2
         policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(

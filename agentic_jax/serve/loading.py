@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 import ml_collections
 
+from agentic_jax.errors import UserError
+
 
 class LoadedPolicy(NamedTuple):
     """``policy`` (published, an `agentic_jax.rl.builders.Policy`), the checkpoint ``step``
@@ -30,7 +32,7 @@ def load_policy(config: ml_collections.ConfigDict | None, workdir: str | None,
 
     if not workdir:
         if config is None:
-            raise ValueError("--workdir or --config: expected a run directory or a config")
+            raise UserError("--workdir or --config: expected a run directory or a config")
         from agentic_jax.rl.model_defaults import with_model_defaults
 
         config, chosen = with_model_defaults(config, overrides or {})

@@ -13,6 +13,8 @@ from typing import Literal
 import pydantic
 from fastapi.responses import JSONResponse
 
+from agentic_jax.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class ServeLimits:
@@ -37,10 +39,10 @@ class ServeLimits:
     def __post_init__(self):
         for name in ("max_n", "max_tokens", "max_batch_rows", "max_queue", "max_body_bytes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
+                raise UserError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
         if self.request_timeout_s <= 0 or self.batch_wait_ms < 0:
-            raise ValueError(f"request_timeout_s > 0 and batch_wait_ms >= 0 expected, got "
-                             f"{self.request_timeout_s}, {self.batch_wait_ms}")
+            raise UserError(f"request_timeout_s > 0 and batch_wait_ms >= 0 expected, got "
+                            f"{self.request_timeout_s}, {self.batch_wait_ms}")
 
 
 class Message(pydantic.BaseModel):

@@ -1,8 +1,10 @@
 """Overlapped rollouts end to end on the tiny config: max_staleness = 0 is the synchronous run
 exactly, a one_step_off run killed with a rollout in flight resumes to the same numbers as one
 never stopped, and fully_async keeps every step within its staleness bound (both partial-rollout
-modes, with the off-policy weights on)."""
+modes). The off-policy weights are on by default in these modes (rl.is_level=auto), their
+statistics in every step's metrics, and rl.is_level=none turns them off."""
 
+import json
 import os
 
 import pytest
@@ -26,6 +28,15 @@ def _records(workdir):
     return records
 
 
+IS_METRICS = ("is_weight_mean", "is_weight_max", "is_clipped_frac", "is_masked_frac")
+
+
+def _recorded_off_policy(workdir):
+    with open(os.path.join(workdir, "config.json")) as f:
+        rl = json.load(f)["config"]["rl"]
+    return rl["is_level"], rl["is_cap"]
+
+
 def test_zero_staleness_is_the_synchronous_run(tmp_path):
     train(_config(), str(tmp_path / "sync"), progress=False)
     sync = [comparable(r) for r in _records(str(tmp_path / "sync"))]
@@ -45,6 +56,12 @@ def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
     # Checkpoints at 2 and 4 drain the queue: steps 1 and 3 sample with the trainer's weights.
     assert [r["staleness_max"] for r in records] == [0, 1, 0, 1]
     assert records[3]["mismatch_max_abs"] > 1e-3 > records[2]["mismatch_max_abs"]
+    # rl.is_level=auto: truncated token-level weights, recorded as resolved for the resume.
+    assert _recorded_off_policy(whole) == ("token", 2.0)
+    for r in records:
+        assert all(k in r for k in IS_METRICS), r.keys()
+        assert 0 < r["is_weight_max"] <= 2.0 and r["is_masked_frac"] == 0
+    assert records[2]["is_weight_max"] < 1 + 1e-4 < records[3]["is_weight_max"]
 
     killed = str(tmp_path / "killed")
     evaluate = run_lib.evaluate_in_training
@@ -66,8 +83,8 @@ def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
 def test_fully_async_stays_within_the_bound(tmp_path, bound, partial):
     workdir = str(tmp_path / "run")
     train(_config(**{"rl.async_mode": "fully_async", "rollout.max_staleness": bound,
-                     "rollout.partial": partial, "rl.is_level": "token", "rl.is_cap": 2.0,
-                     "training.total_steps": 5, "checkpoint.every_steps": 5}),
+                     "rollout.partial": partial, "training.total_steps": 5,
+                     "checkpoint.every_steps": 5}),
           workdir, progress=False)
     records = _records(workdir)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
@@ -76,6 +93,20 @@ def test_fully_async_stays_within_the_bound(tmp_path, bound, partial):
         assert 0 < r["is_weight_mean"] and r["is_weight_max"] <= 2.0
         assert 0 <= r["is_clipped_frac"] <= 1 and r["is_masked_frac"] == 0
     assert max(r["staleness_max"] for r in records) >= 1   # it did overlap
+    assert _recorded_off_policy(workdir) == ("token", 2.0)
+
+
+def test_is_level_none_turns_the_correction_off(tmp_path):
+    workdir = str(tmp_path / "run")
+    # Step 1's update has lr 0 (warmup), so step 3 is the first to sample with older weights.
+    train(_config(**{"rl.async_mode": "one_step_off", "rl.is_level": "none",
+                     "training.total_steps": 3, "checkpoint.every_steps": 3}), workdir,
+          progress=False)
+    records = _records(workdir)
+    assert [r["staleness_max"] for r in records] == [0, 1, 1]
+    assert records[2]["mismatch_max_abs"] > 1e-3  # off-policy, and not corrected
+    assert not any(k in r for r in records for k in IS_METRICS)
+    assert _recorded_off_policy(workdir) == ("none", 0.0)
 
 
 @pytest.mark.parametrize("mode", ["sync", "one_step_off"])

@@ -171,3 +171,44 @@ def test_no_record_and_no_config_is_an_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not a readable run config"):
         rundir.with_record(None, str(tmp_path), {})
+
+
+@pytest.mark.parametrize("overrides, level, cap", [
+    ({}, "none", 0.0),  # the default: sync, float32
+    ({"rl.async_mode": "one_step_off"}, "token", 2.0),
+    ({"rl.async_mode": "fully_async", "rollout.max_staleness": 2}, "token", 2.0),
+    ({"rl.async_mode": "fully_async", "rollout.max_staleness": 0}, "none", 0.0),
+    ({"rl.async_mode": "one_step_off", "rl.is_cap": 3.0}, "token", 3.0),
+    ({"model.dtype": "bfloat16"}, "token", 2.0),
+    ({"mesh.rollout_devices": 2}, "none", 0.0),  # the sampler gets every update's weights
+    ({"rl.async_mode": "fully_async", "rl.is_level": "none"}, "none", 0.0),
+    ({"rl.async_mode": "fully_async", "rl.is_level": "sequence"}, "sequence", 0.0),
+    ({"rl.is_level": "token"}, "token", 0.0),
+])
+def test_auto_off_policy_is_on_when_the_sampler_can_differ(overrides, level, cap):
+    from agentic_jax.rl.config import resolve_off_policy
+
+    config = tiny_config(**overrides)
+    assert math_ppo.get_config().rl.is_level == "auto" == tiny_config().rl.is_level
+    cfg = read_config(config)
+    assert (cfg.off_policy.is_level, cfg.off_policy.is_cap) == (level, cap)
+    line = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model).line
+    if config.rl.is_level == "auto":
+        assert line.startswith(f"off-policy correction: rl.is_level=auto -> {level!r}"), line
+    else:
+        assert line == ""
+
+
+def test_unknown_is_level_names_auto():
+    with pytest.raises(ConfigError, match=r"^rl.is_level: expected one of \('auto', 'none'"):
+        read_config(tiny_config(**{"rl.is_level": "always"}))
+
+
+def test_config_errors_are_user_errors():
+    from agentic_jax.errors import UserError
+
+    with pytest.raises(UserError, match="^training.batch_size"):
+        read_config(tiny_config(**{"training.batch_size": 0}))
+    with pytest.raises(UserError, match="^lr: expected a positive number"):
+        dataclasses.replace(read_config(tiny_config()).training, lr=0.0)
+    assert issubclass(ConfigError, UserError) and issubclass(UserError, ValueError)

@@ -1,8 +1,10 @@
-"""The main job's command line on bad input: one line naming the field, exit 2, workdir intact."""
+"""The main job's command line on bad input: one line naming the field, exit 2, workdir intact;
+an error of the code itself keeps its traceback."""
 
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,39 @@ def test_resuming_with_another_model_is_refused(tmp_path):
     assert len(errors) == 1 and "model.preset" in errors[0] and "tiny-0.2m" in errors[0]
     assert (workdir / "config.json").read_bytes() == before
     assert os.listdir(workdir / "checkpoints") == []
+
+
+# The run's config step replaced by one that fails as given (a bug, or bad input).
+_FAILING_RUN = textwrap.dedent("""
+    import sys
+    from agentic_jax.errors import UserError
+    from agentic_jax.rl import rundir
+
+    kind = sys.argv.pop()
+
+    def with_record(*args, **kwargs):
+        if kind == "user":
+            raise UserError("data.source: expected a readable file, got 'x.jsonl'")
+        return {"type": lambda: len(None), "key": lambda: {}["lr"]}[kind]()
+
+    rundir.with_record = with_record
+    from agentic_jax import train
+    train.run()
+""")
+
+
+@pytest.mark.parametrize("kind, exception", [("type", "TypeError"), ("key", "KeyError"),
+                                             ("user", None)])
+def test_only_bad_input_becomes_one_line(tmp_path, kind, exception):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    result = subprocess.run(
+        [sys.executable, "-c", _FAILING_RUN, "--config=configs/math_ppo.py:smoke",
+         f"--workdir={tmp_path / 'run'}", "--progress=false", kind],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    if exception is None:
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert errors == ["error: data.source: expected a readable file, got 'x.jsonl'"]
+    else:
+        assert result.returncode not in (0, 2) and errors == [], result.stderr[-2000:]
+        assert "Traceback" in result.stderr and f"{exception}:" in result.stderr

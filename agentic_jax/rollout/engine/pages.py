@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agentic_jax.errors import UserError
+
 if TYPE_CHECKING:
     from agentic_jax.models import ModelConfig
 
@@ -28,8 +30,8 @@ def pool_size(cfg: ModelConfig, *, page_size: int, kv_pages: int | None,
     if kv_cache_mb is not None:
         pages = int(kv_cache_mb * 2**20) // page_bytes(cfg, page_size)
         if pages <= 0:
-            raise ValueError(f"rollout.kv_cache_mb={kv_cache_mb} holds no page of "
-                             f"{page_bytes(cfg, page_size)} bytes")
+            raise UserError(f"rollout.kv_cache_mb={kv_cache_mb} holds no page of "
+                            f"{page_bytes(cfg, page_size)} bytes")
         return pages
     return int(default_pages)
 
