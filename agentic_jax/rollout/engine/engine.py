@@ -9,13 +9,7 @@ from typing import Any, Hashable, Sequence
 from flax import nnx
 from jax.sharding import Mesh
 
-<<<<<<< HEAD
-=======
 from agentic_jax.errors import UserError
-from agentic_jax.kernels.paged_attention import PagePairs
-from agentic_jax.rollout.constrain import batch_bitmasks
-from agentic_jax.rollout.engine import paged_model as pm
->>>>>>> wt-offpolicy
 from agentic_jax.rollout.engine.pages import PagePool, page_bytes, pool_size
 from agentic_jax.rollout.engine.runner import ModelRunner
 from agentic_jax.rollout.engine.scheduler import Scheduler
@@ -68,38 +62,14 @@ class Engine:
         ps = cfg.page_size
         max_pages = -(-(cfg.max_seq_len + cfg.decode_steps) // ps) + 1
         pages = pool_size(model_cfg, page_size=ps, kv_pages=cfg.kv_pages,
-<<<<<<< HEAD
                           kv_cache_mb=cfg.kv_cache_mb, default_pages=cfg.num_slots * max_pages)
         if pages < max_pages:
-            raise ValueError(f"rollout engine: a pool of {pages} pages cannot hold one sequence "
-                             f"of max_seq_len={cfg.max_seq_len} (needs {max_pages} pages of "
-                             f"{ps} positions)")
+            raise UserError(f"rollout engine: a pool of {pages} pages cannot hold one sequence "
+                            f"of max_seq_len={cfg.max_seq_len} (needs {max_pages} pages of "
+                            f"{ps} positions)")
         self.model_cfg = model_cfg
         self.runner = ModelRunner(graphdef, params, model_cfg, cfg, pages, max_pages, mesh)
         self.scheduler = Scheduler(cfg, PagePool(pages), self.runner, page_bytes(model_cfg, ps))
-=======
-                          kv_cache_mb=cfg.kv_cache_mb,
-                          default_pages=cfg.num_slots * self.max_pages)
-        if pages < self.max_pages:
-            raise UserError(f"rollout engine: a pool of {pages} pages cannot hold one sequence "
-                            f"of max_seq_len={cfg.max_seq_len} (needs {self.max_pages} pages of "
-                            f"{ps} positions)")
-        self.pool = PagePool(pages)
-        self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
-        self.kv = pm.init_paged_kv(model_cfg, pages, ps, mesh)
-        self.stats = EngineStats(pool_pages=pages, page_bytes=page_bytes(model_cfg, ps))
-        self.seqs: dict[Hashable, Seq] = {}
-        self.waiting: collections.deque[Seq] = collections.deque()
-        self.slots: list[Seq | None] = [None] * cfg.num_slots
-        self.prefixes: dict[tuple[int, ...], Prefix] = {}
-        self._events: list[Event] = []
-        self._copies: list[tuple[int, int]] = []
-        self._stamp = 0
-        self._stop_width = 1
-        self.version = 0
-
-    # ------------------------------------------------------------------ public API
->>>>>>> wt-offpolicy
 
     def reset_stats(self) -> EngineStats:
         """Starts the counters again (the page peak from the pages in use now); returns the old."""
