@@ -187,7 +187,7 @@ class RolloutWorker:
                     self._cond.wait()
                 if self._closed:
                     break
-                idle = not self._running
+                idle = not self._running and bool(self._pending)
             if idle:
                 self._gather()
             self._admit()
