@@ -2,6 +2,9 @@
 request whose client disconnects or whose time runs out leaves the engine at once."""
 
 import concurrent.futures as cf
+import json
+import socket
+import threading
 import time
 
 import httpx
@@ -29,14 +32,29 @@ def _until(predicate, limit_s=30.0):
 def test_a_short_request_finishes_while_a_long_one_runs(tiny_policy):
     with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
         _post(url, LONG)                       # compiles what both requests use
-        with cf.ThreadPoolExecutor(1) as pool:
-            long = pool.submit(_post, url, LONG)
-            _until(lambda: service.worker.stats.requests >= 2)   # the long one is running
-            short = _post(url, SHORT)
-            assert short.status_code == 200
+        worker = service.worker
+        step, steps, go = worker.service.step, [], threading.Event()
+
+        def counted_step():                    # after the long one's first step, wait for `go`
+            if len(steps) == 1:
+                go.wait()
+            steps.append(1)
+            return step()
+
+        with cf.ThreadPoolExecutor(2) as pool:
+            steps.clear()
+            worker.service.step = counted_step
+            try:
+                long = pool.submit(_post, url, LONG)
+                _until(lambda: len(steps) == 1)          # the long one is decoding
+                short = pool.submit(_post, url, SHORT)
+                _until(lambda: worker.queued == 1)       # the short one waits to enter
+            finally:
+                go.set()
+            assert short.result().status_code == 200
             assert not long.done(), "the short request waited for the long one"
             assert long.result().json()["usage"]["completion_tokens"] == 70
-        assert short.json()["usage"]["completion_tokens"] == 2
+        assert short.result().json()["usage"]["completion_tokens"] == 2
 
 
 def test_a_client_that_disconnects_cancels_its_episodes(tiny_policy):
@@ -54,10 +72,14 @@ def test_a_client_that_disconnects_cancels_its_episodes(tiny_policy):
 def test_a_non_streaming_client_that_disconnects_cancels_its_episodes(tiny_policy):
     with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
         engine = service.worker.policy.engine
-        try:
-            _post(url, LONG, timeout=0.5)
-        except httpx.TimeoutException:
-            pass                               # the client gave up and closed the connection
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps(LONG).encode()
+        with socket.create_connection((host, int(port))) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            _until(lambda: service.worker.stats.requests == 1)   # its episode is running
+        # The connection is closed before the reply.
         _until(lambda: service.worker.stats.cancelled == 1)
         _until(lambda: not engine.seqs and engine.pool.in_use == 0)
 
@@ -65,9 +87,20 @@ def test_a_non_streaming_client_that_disconnects_cancels_its_episodes(tiny_polic
 def test_a_request_past_its_timeout_is_504_and_leaves_the_engine(tiny_policy):
     limits = ServeLimits(batch_wait_ms=0, request_timeout_s=0.5)
     with live_server(tiny_policy, limits) as (url, service):
-        engine = service.worker.policy.engine
-        reply = _post(url, LONG)
+        worker = service.worker
+        engine, step = worker.policy.engine, worker.service.step
+        released = threading.Event()
+
+        def held_step():                       # the loop makes no progress until released
+            released.wait()
+            return step()
+
+        worker.service.step = held_step
+        try:
+            reply = _post(url, LONG)
+        finally:
+            released.set()
         assert reply.status_code == 504 and "no reply within" in reply.text
-        _until(lambda: service.worker.stats.cancelled == 1)
+        _until(lambda: worker.stats.cancelled == 1)
         _until(lambda: not engine.seqs and engine.pool.in_use == 0)
-        assert service.worker.queued == 0
+        assert worker.queued == 0
