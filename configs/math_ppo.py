@@ -18,6 +18,11 @@ Variants (the string after ``:``):
                 system prompt adds some), leaving ~900 for the response
                 (models.pretrained.pretrained_defaults computes the fitting value for a
                 given model and prompt set).
+  smollm2-135m  the built-in SmolLM2-135M-Instruct (README, A real pretrained model): chat
+                template, lr 1e-6, max_length 384, no warm start.
+  smollm2-135m-tools  the same after a 25-step warm start in its own chat format (200
+                examples, 30% using the tool): held-out code use at temperature 1 1/32 -> 6/32,
+                accuracy 0/32 -> 5/32 (README).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
@@ -315,7 +320,7 @@ def _smollm2_tools(c: ml_collections.ConfigDict) -> None:
     # 25 x 8 = 200 examples, each seen once, 30% of them using the tool.
     c.warmstart.steps = 25
     c.warmstart.batch_size = 8
-    c.warmstart.lr = 1e-4
+    c.warmstart.lr = 1e-4  # models.pretrained.WARMSTART_LR
     c.warmstart.tool_fraction = 0.3
 
 

