@@ -18,6 +18,11 @@ Variants (the string after ``:``):
                 system prompt adds some), leaving ~900 for the response
                 (models.pretrained.pretrained_defaults computes the fitting value for a
                 given model and prompt set).
+  smollm2-135m  the built-in SmolLM2-135M-Instruct (README, A real pretrained model): chat
+                template, lr 1e-6, max_length 384, no warm start.
+  smollm2-135m-tools  the same after a 25-step warm start in its own chat format (200
+                examples, 30% using the tool): held-out code use at temperature 1 1/32 -> 6/32,
+                accuracy 0/32 -> 5/32 (README).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
@@ -309,5 +314,19 @@ def _smollm2(c: ml_collections.ConfigDict) -> None:
     c.warmstart.enabled = False
 
 
+def _smollm2_tools(c: ml_collections.ConfigDict) -> None:
+    """SmolLM2 after a short supervised warm start in its own chat format: at step 0 it almost
+    never opens a code block, so RL would have nothing to reinforce."""
+    _smollm2(c)
+    c.warmstart.enabled = True
+    c.warmstart.shipped = False  # no saved result: a pretrained warm start always trains
+    # 25 x 8 = 200 examples, each seen once, 30% of them using the tool.
+    c.warmstart.steps = 25
+    c.warmstart.batch_size = 8
+    c.warmstart.lr = 1e-4  # models.pretrained.WARMSTART_LR
+    c.warmstart.tool_fraction = 0.3
+
+
 VARIANTS = {"default": lambda c: None, "smoke": _smoke, "hf": _hf, "smollm2-135m": _smollm2,
+            "smollm2-135m-tools": _smollm2_tools,
             **{p: _paper(p) for p in _PAPER_PRESETS}}

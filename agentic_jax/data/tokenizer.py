@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,25 @@ def stop_token_ids(tokenizer: Any, generation_config: str | os.PathLike[str] | d
         if im_end is not None and im_end != getattr(tokenizer, "unk_token_id", None):
             add(im_end)
     return tuple(ids)
+
+
+def turn_end_id(tokenizer: Any, stop_ids: Sequence[int]) -> int:
+    """The token that closes an assistant turn: the first of ``stop_ids`` (`stop_token_ids`)
+    that the tokenizer's chat template writes after an assistant message (ChatML's
+    <|im_end|>, also under a Qwen base tokenizer whose EOS is <|endoftext|>), else the first
+    of ``stop_ids``, else the tokenizer's EOS."""
+    stop_ids = [int(t) for t in stop_ids] or [int(tokenizer.eos_token_id)]
+    if getattr(tokenizer, "chat_template", None):
+        reply = "\u2063reply\u2063"  # a text no template writes by itself
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "question"}, {"role": "assistant", "content": reply}],
+            tokenize=False)
+        after = tokenizer.encode(text[text.rindex(reply) + len(reply):],
+                                 add_special_tokens=False)
+        for token in after:
+            if token in stop_ids:
+                return token
+    return stop_ids[0]
 
 
 def _generation_config(source: str | os.PathLike[str] | dict | None) -> dict[str, Any]:

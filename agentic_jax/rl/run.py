@@ -146,16 +146,18 @@ def _start(run: Run, state: TrainState, workdir: str,
         params, _ = state_lib.restore_params(cfg.checkpoint.init_from, state.params,
                                              run.shardings.state)
         info["init_from"] = cfg.checkpoint.init_from
-    elif cfg.warmstart.enabled and not cfg.model.path:
+    elif cfg.warmstart.enabled:
         params, metrics = warm_start(run, params, progress=progress)
         info.update(metrics)
         if metrics.get("warmstart/shipped"):
             _say(f"warm start: loaded the package's saved result of this recipe (training it "
                  f"took {metrics.get('warmstart/trained_s', float('nan')):.0f} s; "
                  "--config.warmstart.shipped=False trains it again)")
-    elif cfg.warmstart.enabled:
-        _say("warm start skipped: model.path is a pretrained model (warmstart.enabled applies "
-             "to models trained from scratch)")
+        else:
+            _say(f"warm start: {metrics['warmstart/examples']:.0f} examples "
+                 f"({metrics['warmstart/tool_fraction']:.0%} using the tool), "
+                 f"{cfg.warmstart.steps} steps, loss {metrics['warmstart/first_loss']:.3f} -> "
+                 f"{metrics['warmstart/loss']:.3f}, {metrics['warmstart/time_s']:.0f} s")
     publish(run.policy, params)
     info["initial"] = evaluate_both(run, workdir, 0)
     return state_lib.with_reference(state.replace(params=params), cfg.rl.needs_reference), info

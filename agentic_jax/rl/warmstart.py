@@ -6,18 +6,23 @@ fraction (``warmstart.tool_fraction``) of tool-using ones whose ```output blocks
 reference code really printed in the sandbox. Keeping that fraction small leaves the growth of
 code use to RL, which is the phenomenon under study.
 
-Examples are tokenised piecewise, exactly as a rollout builds them: the policy's text, then the
-tool output block (loss_mask 0, as in RL), then the policy's final answer. The update is the same
-compiled step as RL with a vanilla policy-gradient loss and advantage 1, i.e. token-mean
-cross-entropy on the policy's tokens.
+Examples (`agentic_jax.rl.warmstart_data`) are tokenised piecewise, exactly as a rollout builds
+them: the prompt in the run's template, the policy's text, then the tool output block (loss_mask
+0, as in RL), then the policy's final answer; a pretrained model's end with its end-of-turn
+token (`example_format`). The update is the same compiled step as RL with a vanilla
+policy-gradient loss and advantage 1, i.e. token-mean cross-entropy on the policy's tokens; with
+LoRA (``model.lora_rank``) only the adapters train, as in RL.
+
+The built-in tiny model learns the format from nothing (3,500 steps). A pretrained chat model
+already writes math in prose and only needs to see the tool used: a few hundred examples in its
+own chat template (``:smollm2-135m-tools``) take code use from almost never to some of the time.
 
 A warm start is a pure function of its recipe (`recipe`: the seed, the model, the optimiser
 settings, the devices and a digest of every example), so its result can be shipped: the package
 holds the result of the default recipe for seeds 0 and 1 (``assets/warmstart/``, written by
 ``tools/build_warmstart.py``), and a run whose recipe is one of them loads it
 (``warmstart.shipped``) instead of spending the 13 minutes the tiny model's 3,500 steps take on
-2 CPU cores. Any other recipe trains.
-"""
+2 CPU cores. Any other recipe trains."""
 
 from __future__ import annotations
 
@@ -28,14 +33,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from agentic_jax.data import prompts as fmt
-from agentic_jax.errors import UserError
+from agentic_jax.rl.warmstart_data import ExampleFormat, batches, build_examples, pack_batch
 from agentic_jax.utils import round_up
 
 logger = logging.getLogger(__name__)
@@ -44,129 +49,6 @@ _LENGTH_BUCKET = 16
 SHIPPED_DIR = Path(__file__).resolve().parent / "assets" / "warmstart"
 WEIGHTS_FILE = "params.safetensors"
 INFO_FILE = "warmstart.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmStartExample:
-    tokens: list[int]
-    loss_mask: list[int]
-    uses_tool: bool
-
-
-def build_example(problem: Any, prompt_tokens: list[int], tokenizer: Any, *,
-                  tool_output: str | None, max_length: int) -> WarmStartExample | None:
-    """One supervised example; with ``tool_output`` the tool-using response, else the direct one.
-
-    Returns None when the example does not fit in ``max_length`` tokens.
-    """
-    def enc(text: str) -> list[int]:
-        return list(tokenizer.encode(text, add_special_tokens=False))
-
-    if tool_output is None:
-        pieces = [(enc(fmt.direct_solution_text(problem)), 1)]
-    else:
-        # The response is policy text, the environment's output block, policy text.
-        text = fmt.tool_solution_text(problem, tool_output)
-        block = fmt.format_tool_output(tool_output)
-        cut = text.index(block)
-        pieces = [(enc(text[:cut]), 1), (enc(block), 0), (enc(text[cut + len(block):]), 1)]
-    tokens, mask = list(prompt_tokens), [0] * len(prompt_tokens)
-    for piece, m in pieces:
-        tokens += piece
-        mask += [m] * len(piece)
-    if len(tokens) > max_length:
-        return None
-    return WarmStartExample(tokens, mask, tool_output is not None)
-
-
-def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list[int]],
-                   tokenizer: Any, run_code: Callable[[list[str]], list[str | None]],
-                   tool_fraction: float, max_length: int, seed: int) -> list[WarmStartExample]:
-    """Examples for ``problems``; a seeded ``tool_fraction`` of them use the tool.
-
-    ``run_code`` runs reference solutions and returns each one's stdout, or None where it
-    failed; such a problem falls back to its direct solution.
-    """
-    if not 0.0 <= tool_fraction <= 1.0:
-        raise ValueError(f"warmstart.tool_fraction: expected a value in [0, 1], got "
-                         f"{tool_fraction}")
-    rng = random.Random(seed)
-    use_tool = [rng.random() < tool_fraction for _ in problems]
-    tool_idx = [i for i, u in enumerate(use_tool) if u]
-    results = run_code([problems[i].solution_code for i in tool_idx]) if tool_idx else []
-    outputs: dict[int, str] = {}
-    for i, stdout in zip(tool_idx, results):
-        if stdout is not None and stdout.strip():
-            outputs[i] = stdout
-    examples = []
-    for i, problem in enumerate(problems):
-        ex = build_example(problem, make_prompt(problem), tokenizer,
-                           tool_output=outputs.get(i), max_length=max_length)
-        if ex is not None:
-            examples.append(ex)
-    if not examples:
-        raise UserError(f"warm start: no example fits training.max_length={max_length}")
-    return examples
-
-
-def length_grouped_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
-                           group: int = 64) -> list[list[int]]:
-    """One pass over the examples as batches of indices, grouped by length.
-
-    A seeded shuffle is cut into windows of ``group`` batches; each window is sorted by length
-    and cut into batches, and the batches are shuffled again. Examples of similar length share a
-    batch, so a batch pads to little more than its own examples (as HF Trainer's
-    ``group_by_length``), while every batch is still drawn from across the whole set. Every
-    index appears once; the last batch of a pass may be short.
-    """
-    if batch_size < 1 or group < 1:
-        raise ValueError(f"batch_size and group: expected >= 1, got {batch_size}, {group}")
-    rng = random.Random(seed)
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
-    window = batch_size * group
-    batches = []
-    for start in range(0, len(order), window):
-        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    rng.shuffle(batches)
-    return batches
-
-
-def _batches(examples: Sequence[WarmStartExample], batch_size: int, steps: int,
-             seed: int) -> list[list[WarmStartExample]]:
-    """``steps`` full batches from passes of `length_grouped_batches`, a fresh order per pass;
-    a pass's short batch is left out of it. Fewer examples than a batch are repeated."""
-    pool = list(examples) * -(-batch_size // len(examples))
-    lengths = [len(ex.tokens) for ex in pool]
-    out: list[list[WarmStartExample]] = []
-    epoch = 0
-    while len(out) < steps:
-        for batch in length_grouped_batches(lengths, batch_size, seed=seed * 1000 + epoch):
-            if len(batch) == batch_size and len(out) < steps:
-                out.append([pool[i] for i in batch])
-        epoch += 1
-    return out
-
-
-def pack_batch(examples: Sequence[WarmStartExample], *, length: int,
-               pad_id: int) -> dict[str, np.ndarray]:
-    """Right-padded arrays for the compiled step: an SFT batch in the RL batch's layout."""
-    n = len(examples)
-    tokens = np.full((n, length), pad_id, np.int32)
-    mask = np.zeros((n, length), np.float32)
-    for i, ex in enumerate(examples):
-        tokens[i, :len(ex.tokens)] = ex.tokens
-        mask[i, :len(ex.loss_mask)] = ex.loss_mask
-    zeros = np.zeros((n, length), np.float32)
-    return {
-        "tokens": tokens,
-        "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (n, length)).copy(),
-        "loss_mask": mask,
-        "old_logprobs": zeros,
-        "advantages": mask.copy(),
-        "returns": zeros,
-    }
 
 
 class WarmStartResult(NamedTuple):
@@ -214,7 +96,8 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
     examples = build_examples(
         _problems(run), make_prompt=policy.make_prompt, tokenizer=policy.tokenizer,
         run_code=lambda codes: run_everywhere(policy.sandbox, codes),
-        tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed)
+        tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed,
+        layout=example_format(run))
     optimizer = make_optimizer(lr=w.lr, warmup_steps=max(1, w.steps // 10),
                                total_steps=w.steps, max_grad_norm=t.max_grad_norm)
     shardings = train_shardings(params, optimizer, policy.mesh, policy.state_shardings,
@@ -225,11 +108,12 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
     opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
                         out_shardings=shardings.opt_state)(params)
     metrics: dict[str, float] = {}
-    batches = _batches(examples, batch_size, w.steps, cfg.seed)
+    first_loss = float("nan")
+    order = batches(examples, batch_size, w.steps, cfg.seed)
     bar = tqdm(range(w.steps), desc="warm start", disable=not progress, leave=False)
     tokens = 0
     for i in bar:
-        rows = batches[i]
+        rows = order[i]
         # Pad to the batch's longest example (rounded up, so only a few shapes compile).
         length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), _LENGTH_BUCKET))
         batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
@@ -241,11 +125,29 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
         if i % 20 == 0 or i == w.steps - 1:
             metrics = {k: float(v) for k, v in jax.device_get(m).items()}
             bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
+            first_loss = metrics["policy_loss"] if i == 0 else first_loss
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
     return WarmStartResult(params, {"warmstart/loss": metrics.get("policy_loss", float("nan")),
+                                    "warmstart/first_loss": first_loss,
                                     "warmstart/examples": float(len(examples)),
                                     "warmstart/tool_fraction": tool_share,
                                     "warmstart/time_s": time.perf_counter() - began})
+
+
+def example_format(run: Any) -> ExampleFormat:
+    """The built-in model's format, or for a pretrained model (``model.path``) that of its
+    rollouts: output blocks as the agent renders them, and the response closed by the token
+    that ends its turn: in a chat template's prompts (``data.template`` other than zero and
+    short) the template's own (`data.tokenizer.turn_end_id`), else the first end id (EOS)."""
+    from agentic_jax.data.tokenizer import turn_end_id
+
+    cfg, policy = run.cfg, run.policy
+    if not cfg.model.path:
+        return ExampleFormat()
+    stop_ids = policy.agent_cfg.stop_ids or (policy.tokenizer.eos_token_id,)
+    chat = cfg.data.template not in ("zero", "short")
+    end = turn_end_id(policy.tokenizer, stop_ids) if chat else int(stop_ids[0])
+    return ExampleFormat(output_tokens=cfg.environment.max_output_tokens, end_ids=(end,))
 
 
 def _problems(run: Any) -> list[Any]:
@@ -277,7 +179,11 @@ def recipe(run: Any) -> dict[str, Any]:
 
     cfg, policy = run.cfg, run.policy
     w, t = cfg.warmstart, cfg.training
+    layout = example_format(run)
+    # The built-in format is left out, so that the saved results' recipes stay what they were.
+    extra = {} if layout == ExampleFormat() else {"format": layout._asdict()}
     return json.loads(json.dumps({
+        **extra,
         "seed": cfg.seed,
         "model": dataclasses.asdict(policy.model_cfg),
         "steps": w.steps, "batch_size": round_up(w.batch_size, run.row_multiple), "lr": w.lr,

