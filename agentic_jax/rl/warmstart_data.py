@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agentic_jax.errors import UserError
 from agentic_jax.data import prompts as fmt
+from agentic_jax.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
