@@ -18,7 +18,7 @@ from flax import nnx
 
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
 from agentic_jax.models.pretrained import PRETRAINED_LR
-from agentic_jax.rl import builders
+from agentic_jax.inference import encode_prompt
 from agentic_jax.rl.problems import load_problems
 from agentic_jax.rl.config import read_config
 from agentic_jax.rl.run import train
@@ -114,7 +114,7 @@ def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
     assert not cfg.warmstart.enabled and cfg.training.max_length == 1024
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     problems = load_problems(cfg)
-    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+    longest = max(len(encode_prompt(cfg, tokenizer, p))
                   for p in problems.train + problems.test)
     assert cfg.training.max_length - longest >= 512, longest
 
@@ -163,7 +163,7 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
     assert cfg.training.lr == 5e-6  # chosen on the command line: kept
     assert cfg.data.template == "chat" and not cfg.warmstart.enabled
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+    longest = max(len(encode_prompt(cfg, tokenizer, p))
                   for p in load_problems(cfg).train + load_problems(cfg).test)
     assert cfg.training.max_length == -(-(longest + 512) // 64) * 64
     assert not resolved.model.auto_defaults  # the record keeps these values on a rerun
