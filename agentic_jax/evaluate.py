@@ -52,49 +52,54 @@ _CONSTRAIN = flags.DEFINE_boolean(
     "(agentic_jax.rollout.constrain; needs llguidance).")
 
 
-def _restored_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
-                     constrain_code: bool = False, **eval_settings: Any):
-    """The policy of ``workdir``'s newest checkpoint (published) and that checkpoint's step.
-    ``eval_settings`` replace fields of the run's ``eval.*`` (never evaluated in training
-    here); a bad one is a ValueError naming its flag."""
-    from agentic_jax.rl import rundir
-    from agentic_jax.rl.builders import build_policy, restored_policy
-    from agentic_jax.rl.config import read_config
+def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
+                 constrain_code: bool = False, **eval_settings: Any):
+    """The inference policy of ``workdir``'s newest checkpoint (`agentic_jax.inference.open_run`;
+    without checkpoints, ``config``'s model as built, step 0). ``eval_settings`` replace fields
+    of the run's ``eval.*`` (never evaluated in training here); a bad one is a UserError
+    naming its flag."""
+    from agentic_jax.inference import has_checkpoints, open_config, run_config
 
-    trained = os.path.isdir(os.path.join(workdir, "checkpoints"))
-    if trained:
-        config = rundir.with_record(config, workdir, overrides or {})
-        rundir.check_same_model(config, workdir)
-    elif config is None:
-        raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to evaluate "
-                                "(with --config, the config's model is evaluated as built)")
-    else:  # a pretrained model before any training: its defaults, as a run would choose them
-        from agentic_jax.rl.model_defaults import with_model_defaults
-
-        # The defaults size max_length to the longest prompt, the benchmarks' included.
+    trained = has_checkpoints(workdir)
+    if not trained:
+        if config is None:
+            raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory to "
+                                    "evaluate (with --config, the config's model is evaluated "
+                                    "as built)")
+        # A pretrained model's defaults size max_length to the longest prompt, the
+        # benchmarks' included.
         config = ml_collections.ConfigDict(config.to_dict())
         for key in ("benchmarks", "limit"):
             if eval_settings.get(key) is not None:
                 config.eval[key] = eval_settings[key]
-        config, chosen = with_model_defaults(config, overrides or {})
-        for line in chosen:
-            print(line, flush=True)
-        os.makedirs(workdir, exist_ok=True)
-    cfg = read_config(config)
+    cfg = run_config(config, workdir if trained else None, overrides)
     settings = {k: v for k, v in eval_settings.items() if v is not None}
     try:
-        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, every_steps=0,
-                                                                 **settings))
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **settings))
     except ValueError as err:
         raise UserError(f"--{err}") from None
-    if trained:
-        policy, step = restored_policy(cfg, workdir)
-    else:
-        policy, step = build_policy(dataclasses.replace(cfg, rollout_devices=0))[0], 0
+    if not trained:
+        os.makedirs(workdir, exist_ok=True)
+    policy = open_config(cfg, workdir if trained else None)
     if constrain_code:  # serving / evaluation only: training samples the policy unmasked
         policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
             policy.agent_cfg, constrain_code=True))
-    return policy, step
+    return policy
+
+
+def _with_problems(policy, load):
+    """``policy`` with the problems ``load(cfg)`` gives (only those evaluated), their prompts
+    checked (`ConfigError` when one does not fit ``training.max_length``)."""
+    from agentic_jax.rl.builders import Policy
+    from agentic_jax.rl.problems import check_prompts
+
+    try:
+        problems = load(policy.cfg)
+        check_prompts(policy.cfg, policy.tokenizer, problems.every())
+    except BaseException:
+        policy.close()
+        raise
+    return Policy.with_problems(policy, problems)
 
 
 def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
@@ -104,15 +109,22 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     results.
 
     ``config`` may be None (the run's recorded config is used; ``overrides`` apply on top).
-    Builds only the policy (no optimizer, no training state) and reads only its parameters.
+    Builds only the policy (no optimizer, no training state), reads only its parameters and
+    loads only the split it evaluates.
     """
     from agentic_jax.rl.evaluation import eval_config, evaluate
+    from agentic_jax.rl.problems import Problems, load_problems
     from agentic_jax.utils import write_json
 
-    policy, step = _restored_policy(config, workdir, overrides, constrain_code)
+    def load(cfg) -> Problems:
+        # The training split as trained on: decontaminated of the run's benchmarks.
+        loaded = load_problems(cfg, benchmarks=split == "train" and cfg.data.decontaminate)
+        problems = loaded.test if split == "test" else loaded.train
+        return Problems([], problems[:limit] if limit else problems, loaded.stages, {})
+
+    policy = _with_problems(_open_policy(config, workdir, overrides, constrain_code), load)
+    step, problems = policy.step or 0, policy.problems.test
     try:
-        problems = policy.problems.test if split == "test" else policy.problems.train
-        problems = problems[:limit] if limit else problems
         settings = eval_config(policy, num_samples)
         results = {
             "step": step,
@@ -135,13 +147,15 @@ def evaluate_checkpoint_on_benchmarks(
     tool loop; writes ``workdir/eval/`` and returns {name: result} (each with the
     checkpoint's ``step``). Unset settings take the run's ``eval.*`` values."""
     from agentic_jax.rl.benchmark_eval import run_benchmarks
+    from agentic_jax.rl.problems import Problems, benchmark_problems
 
     if not benchmarks:
         raise UserError("--benchmarks: expected name=PATH,..., got ''")
-    policy, step = _restored_policy(config, workdir, overrides, constrain_code,
-                                    benchmarks=benchmarks,
-                                    num_samples=num_samples, temperature=temperature,
-                                    top_p=top_p, limit=limit)
+    policy = _open_policy(config, workdir, overrides, constrain_code, benchmarks=benchmarks,
+                          num_samples=num_samples, temperature=temperature, top_p=top_p,
+                          limit=limit)
+    policy = _with_problems(policy, lambda cfg: Problems([], [], [], benchmark_problems(cfg)))
+    step = policy.step or 0
     try:
         return run_benchmarks(policy, workdir, policy.cfg.eval, step=step)
     finally:

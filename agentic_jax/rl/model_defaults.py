@@ -33,7 +33,7 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
         return config, []
     from agentic_jax.models.hf_config import config_from_hf
     from agentic_jax.models.pretrained import pretrained_defaults
-    from agentic_jax.rl.builders import run_tokenizer
+    from agentic_jax.inference.policy import run_tokenizer
     from agentic_jax.rl.problems import encode_prompt, load_problems
 
     before, config = config, ml_collections.ConfigDict(config.to_dict())  # the given one stays
@@ -43,9 +43,7 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
         config.data.template = "chat" if has_chat else "zero"
     cfg = read_config(config)
     problems = load_problems(cfg)
-    every = problems.train + problems.test + [
-        x for bench in problems.benchmarks.values() for x in bench]
-    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in every)
+    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in problems.every())
     model_cfg = config_from_hf(read_json(f"{cfg.model.path}/config.json"),
                                lora_rank=cfg.model.lora_rank)
     chosen = []

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from agentic_jax.data import Problem, prompts
+from agentic_jax.data import Problem
 from agentic_jax.data.benchmarks import load_benchmarks
 from agentic_jax.data.decontaminate import contamination_report, decontaminate
 from agentic_jax.data.sources import load_source
+from agentic_jax.inference.prompts import encode_prompt  # noqa: F401  (the run's prompts)
 from agentic_jax.rl.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
@@ -23,10 +25,13 @@ class Problems:
     stages: list[str]  # every stage name the run can see, sorted (the same on every host)
     benchmarks: dict[str, list[Problem]]  # eval.benchmarks by name
 
+    def every(self) -> list[Problem]:
+        return self.train + self.test + [x for rows in self.benchmarks.values() for x in rows]
 
 
-def load_problems(cfg: RunConfig) -> Problems:
-    """The run's training and held-out problems and its benchmarks (decontaminated on request)."""
+def load_problems(cfg: RunConfig, benchmarks: bool = True) -> Problems:
+    """The run's training and held-out problems and its benchmarks (decontaminated on request;
+    ``benchmarks`` False: none loaded, nothing decontaminated)."""
     d = cfg.data
     if d.source == "curriculum":
         def pick(split: str) -> list[Problem]:
@@ -41,9 +46,7 @@ def load_problems(cfg: RunConfig) -> Problems:
             return load_source(d.source, split=split, seed=cfg.seed,
                                test_fraction=d.test_fraction, levels=d.levels or None)
         train, test = load("train"), load("test")
-    benchmarks = load_benchmarks(cfg.eval.specs)
-    if cfg.eval.limit:
-        benchmarks = {name: rows[:cfg.eval.limit] for name, rows in benchmarks.items()}
+    benchmarks = benchmark_problems(cfg) if benchmarks else {}
     if benchmarks:
         # The overlap is logged either way; with data.decontaminate it is also dropped.
         if d.decontaminate:
@@ -56,6 +59,14 @@ def load_problems(cfg: RunConfig) -> Problems:
                           f"data.stages={d.stages}")
     test = held_out(test, d.eval_size) if test else train[:d.eval_size]
     return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
+
+
+def benchmark_problems(cfg: RunConfig) -> dict[str, list[Problem]]:
+    """The run's ``eval.benchmarks`` by name, each cut at ``eval.limit`` problems."""
+    benchmarks = load_benchmarks(cfg.eval.specs)
+    if cfg.eval.limit:
+        benchmarks = {name: rows[:cfg.eval.limit] for name, rows in benchmarks.items()}
+    return benchmarks
 
 
 def held_out(test: list[Problem], size: int) -> list[Problem]:
@@ -75,21 +86,9 @@ def held_out(test: list[Problem], size: int) -> list[Problem]:
     return out
 
 
-def encode_prompt(cfg: RunConfig, tokenizer: Any, problem: Problem,
-                  allow_tools: bool = True) -> list[int]:
-    """The prompt tokens of ``problem`` in the run's template (a BOS token first when the
-    tokenizer adds one, never an EOS)."""
-    from agentic_jax.data.tokenizer import encode_prompt as encode_text
-
-    text = prompts.format_prompt(problem.question, template=cfg.data.template,
-                                 tokenizer=tokenizer, allow_tools=allow_tools)
-    return encode_text(tokenizer, text)
-
-
-def check_prompts(cfg: RunConfig, tokenizer: Any, p: Problems) -> None:
+def check_prompts(cfg: RunConfig, tokenizer: Any, problems: Sequence[Problem]) -> None:
     """Every host checks every prompt the run can draw, so a bad one stops them all here."""
-    every = p.train + p.test + [x for problems in p.benchmarks.values() for x in problems]
-    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in every)
+    longest = max((len(encode_prompt(cfg, tokenizer, x)) for x in problems), default=0)
     max_length = cfg.training.max_length
     if longest >= max_length:
         raise ConfigError(f"training.max_length: expected more than the longest prompt "

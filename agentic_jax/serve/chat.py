@@ -1,8 +1,9 @@
-"""Chat messages -> prompt tokens, and episodes -> OpenAI choices, chunks and usage.
+"""Episodes -> OpenAI choices, chunks and usage.
 
 A choice's content is the episode's transcript: the policy's reasoning, its ```python blocks
 and the ```output blocks the sandbox returned, ending in the final answer. It is cut at the
-request's completion-token limit and at its first stop string.
+request's completion-token limit and at its first stop string. (Prompts are rendered by the
+policy: `agentic_jax.inference.InferencePolicy.chat_prompt`.)
 """
 
 from __future__ import annotations
@@ -13,33 +14,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentic_jax.data import format_prompt
-from agentic_jax.data.prompts import TOOL_INSTRUCTION
-from agentic_jax.data.tokenizer import encode_prompt
 from agentic_jax.reward import extract_answer
 from agentic_jax.rollout import Episode
 
 Decode = Callable[[Sequence[int]], str]
-
-
-def chat_prompt(policy: Any, messages: Sequence[dict[str, str]]) -> list[int]:
-    """The prompt tokens of a conversation in the run's template.
-
-    With the "chat" template the tokenizer's chat template renders the messages (the tool
-    instruction as system message unless one is given). The other templates hold a single
-    question: the messages' contents in order, those not from the user prefixed by their role.
-    """
-    cfg, tokenizer = policy.cfg, policy.tokenizer
-    if cfg.data.template == "chat":
-        chat = list(messages)
-        if chat[0]["role"] != "system":
-            chat.insert(0, {"role": "system", "content": TOOL_INSTRUCTION})
-        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    else:
-        question = "\n\n".join(m["content"] if m["role"] == "user"
-                               else f"{m['role']}: {m['content']}" for m in messages)
-        text = format_prompt(question, template=cfg.data.template, tokenizer=tokenizer)
-    return encode_prompt(tokenizer, text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,7 +67,7 @@ async def chat_completions(service: Any, request: Request):
     """The route: validate, queue, then reply or stream."""
     chat_request = await read_json(request, service.limits.max_body_bytes,
                                    lambda payload: parse_chat(payload, service.limits))
-    prompt = chat.chat_prompt(service.policy, [m.model_dump() for m in chat_request.messages])
+    prompt = service.policy.chat_prompt([m.model_dump() for m in chat_request.messages])
     worker = service.worker
     room = worker.max_length - len(prompt)
     if room < 1:

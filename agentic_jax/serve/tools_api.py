@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from agentic_jax.serve.completions import read_json
+from agentic_jax.serve.hints import WorkerHints
 from agentic_jax.serve.schema import RequestError, validation_message
 
 MAX_LEARNERS = 1000
@@ -74,6 +75,7 @@ class ToolResources:
         self._sandboxes: dict[str, Any] = {}
         self._pool = None
         self._hint_slots = None
+        self.hint_worker = WorkerHints(worker)
         self.learners: collections.OrderedDict[str, Any] = collections.OrderedDict()
 
     def sandbox(self, kind: str) -> Any:
@@ -91,7 +93,7 @@ class ToolResources:
 
         with self._lock:
             if self._hint_slots is None:
-                self._hint_slots = hint_slots(self.worker)
+                self._hint_slots = hint_slots(self.hint_worker)
             return self._hint_slots
 
     def learner(self, name: str) -> Any:
@@ -193,7 +195,8 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
         rows = parse_homework(body.text, body.format)
     except ValueError as err:
         raise RequestError(400, f"text: {err}", "text") from None
-    hints = (policy_hint_fn(service.worker, slots=service.tools.hint_slots()) if body.hints
+    tools = service.tools
+    hints = (policy_hint_fn(tools.hint_worker, slots=tools.hint_slots()) if body.hints
              else None)
     graded = grade_rows(rows, service.tools.sandbox("grade"), hints,
                         time_budget_s=GRADE_BUDGET_S)

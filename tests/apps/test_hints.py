@@ -5,44 +5,41 @@ import threading
 import time
 from types import SimpleNamespace
 
-import pytest
-
 from agentic_jax.apps.hints import hint_slots, policy_hint_fn
 from agentic_jax.apps.homework import HomeworkRow
-from agentic_jax.serve import QueueFull, ServeLimits
 
 
 class _Worker:
-    """The `RolloutWorker` surface hints use; a thread finishes one job per ``step_s`` (or none
-    with ``step_s=None``), and the most jobs queued at once is recorded."""
+    """A `HintWorker`; a thread finishes one job per ``step_s`` (or none with
+    ``step_s=None``), and the most jobs queued at once is recorded."""
 
     def __init__(self, max_queue: int, step_s: float | None = 0.002):
-        self.limits, self.max_length = ServeLimits(max_queue=max_queue), 512
-        self.policy = SimpleNamespace(tokenizer=SimpleNamespace(
-            decode=lambda tokens, skip_special_tokens: "a hint"))
+        self.max_queue, self.max_length = max_queue, 512
         self.queue, self.most_queued, self.lock = [], 0, threading.Lock()
         if step_s is not None:
             threading.Thread(target=self._finish, args=(step_s,), daemon=True).start()
 
-    def submit(self, job):
+    def prompt(self, question):
+        return [1, 2]
+
+    def decode(self, tokens):
+        return "a hint"
+
+    def submit(self, prompt, sampling, max_new_tokens, on_finish):
         with self.lock:
-            if len(self.queue) >= self.limits.max_queue:
-                raise QueueFull("full")
-            self.queue.append(job)
+            if len(self.queue) >= self.max_queue:
+                return None
+            self.queue.append(on_finish)
             self.most_queued = max(self.most_queued, len(self.queue))
+        return SimpleNamespace(cancel=lambda: None)
 
     def _finish(self, step_s):
         while True:
             time.sleep(step_s)
             with self.lock:
-                job = self.queue.pop(0) if self.queue else None
-            if job is not None:
-                job.on_finish([SimpleNamespace(response_tokens=[1])], None)
-
-
-@pytest.fixture(autouse=True)
-def _short_prompts(monkeypatch):
-    monkeypatch.setattr("agentic_jax.serve.chat.chat_prompt", lambda policy, messages: [1, 2])
+                on_finish = self.queue.pop(0) if self.queue else None
+            if on_finish is not None:
+                on_finish([SimpleNamespace(response_tokens=[1])], None)
 
 
 def _wrong_rows(n):

@@ -1,25 +1,52 @@
 """`models` imports nothing of the other packages (the sharded loader included) but the
 attention kernels, a leaf package below it that imports nothing of ours, and the error type
-(`agentic_jax.errors`, a module of no imports)."""
+(`agentic_jax.errors`, a module of no imports). `apps` never imports `serve` (the server passes
+what the apps need of it in); `inference` is below `serve`, `apps` and the commands, and
+imports neither the run's problems nor the benchmark readers."""
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-_MODELS = Path(__file__).resolve().parents[2] / "agentic_jax" / "models"
+_PACKAGE = Path(__file__).resolve().parents[2] / "agentic_jax"
 _ALLOWED = ("agentic_jax.models", "agentic_jax.kernels", "agentic_jax.errors")
 
 
-def test_no_module_of_models_imports_another_package():
-    outside = []
-    for file in sorted(_MODELS.glob("*.py")):
+def _imports(package: str) -> list[tuple[str, str]]:
+    """(file, module) of every import in ``package``'s modules, those inside functions too."""
+    out = []
+    for file in sorted((_PACKAGE / package).glob("*.py")):
         for node in ast.walk(ast.parse(file.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            outside += [f"{file.name}: {n}" for n in names
-                        if n.startswith("agentic_jax.") and not n.startswith(_ALLOWED)]
+            out += [(file.name, n) for n in names]
+    return out
+
+
+def test_no_module_of_models_imports_another_package():
+    outside = [f"{file}: {n}" for file, n in _imports("models")
+               if n.startswith("agentic_jax.") and not n.startswith(_ALLOWED)]
     assert outside == []
+
+
+def test_no_module_of_apps_imports_serve():
+    assert [f"{file}: {n}" for file, n in _imports("apps")
+            if n.startswith("agentic_jax.serve")] == []
+
+
+def test_inference_imports_nothing_above_it():
+    above = ("agentic_jax.serve", "agentic_jax.apps", "agentic_jax.evaluate",
+             "agentic_jax.train", "agentic_jax.rl.builders", "agentic_jax.rl.problems",
+             "agentic_jax.rl.run")
+    assert [f"{file}: {n}" for file, n in _imports("inference") if n.startswith(above)] == []
+    code = ("import sys; import agentic_jax.inference; "
+            "print(','.join(sorted(m for m in sys.modules if m.startswith(("
+            "'agentic_jax.rl.problems', 'agentic_jax.data.benchmarks', 'agentic_jax.serve', "
+            "'agentic_jax.apps')))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.strip() == ""
 
 
 def test_loading_onto_a_mesh_leaves_parallel_unimported():

@@ -2,13 +2,12 @@
 
 import pytest
 
-from agentic_jax.rl.builders import build_policy
-from agentic_jax.rl.config import read_config
+from agentic_jax.inference import open_run
 from tests.train.train_testing import tiny_config
 
 
 @pytest.fixture(scope="session")
 def tiny_policy():
-    policy, _ = build_policy(read_config(tiny_config()))
+    policy = open_run(tiny_config())
     yield policy
     policy.close()

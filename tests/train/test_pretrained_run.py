@@ -18,6 +18,7 @@ import transformers
 from flax import nnx
 
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
+from agentic_jax.inference import encode_prompt
 from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
 from agentic_jax.rl import builders
 from agentic_jax.rl.problems import load_problems
@@ -181,7 +182,7 @@ def test_the_hf_variant_reads_and_leaves_room_after_chat_prompts(hf_dir):
     assert not cfg.warmstart.enabled and cfg.training.max_length == 1024
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
     problems = load_problems(cfg)
-    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+    longest = max(len(encode_prompt(cfg, tokenizer, p))
                   for p in problems.train + problems.test)
     assert cfg.training.max_length - longest >= 512, longest
 
@@ -233,7 +234,7 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
     assert (cfg.warmstart.steps, cfg.warmstart.lr) == (WARMSTART_STEPS, WARMSTART_LR)
     assert "warmstart.lr=0.0001 (not 0.003)" in said[0]
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    longest = max(len(builders.encode_prompt(cfg, tokenizer, p))
+    longest = max(len(encode_prompt(cfg, tokenizer, p))
                   for p in load_problems(cfg).train + load_problems(cfg).test)
     assert cfg.training.max_length == -(-(longest + 512) // 64) * 64
     assert not resolved.model.auto_defaults  # the record keeps these values on a rerun
