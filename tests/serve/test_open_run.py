@@ -9,10 +9,10 @@ import pytest
 from agentic_jax.inference import InferencePolicy, open_run
 from agentic_jax.rl.builders import build_policy, publish
 from agentic_jax.rl.config import read_config
+from agentic_jax.rl.run import train
 from agentic_jax.rl.state import restore_params
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import Job, RolloutWorker, ServeLimits, load_policy
-from agentic_jax.rl.run import train
 from tests.train.train_testing import tiny_config
 
 _TWO_STEPS = {"training.total_steps": 2}  # past the tiny config's one warm-up step
@@ -74,6 +74,7 @@ def tiny_run(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow  # `serve --workdir` opens a run the same way in test_serve_command
 def test_a_run_opens_its_newest_checkpoint_without_data(tiny_run, monkeypatch):
     trained_side, params = build_policy(read_config(tiny_config(**_TWO_STEPS)))
     try:

@@ -120,7 +120,7 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     assert set(first) >= {"prompt", "response", "answer", "reference", "reward", "correct"}
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
+@pytest.mark.parametrize("lora_rank", [0, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_warm_start_of_a_chat_model_lowers_its_loss(tmp_path_factory, lora_rank):
     from agentic_jax.rl.shardings import params_and_rest
     from agentic_jax.rl.warmstart import example_format, warm_start
