@@ -38,13 +38,13 @@ _PORT = flags.DEFINE_integer("port", 8000, "Port to bind.")
 _ALLOWED_HOSTS = flags.DEFINE_list(
     "allowed_hosts", [], "Host names answered besides the bound address and the loopback "
     "names (e.g. the machine's name when --host=0.0.0.0); other Host headers get 421.")
-_MAX_BATCH = flags.DEFINE_integer("max_batch_rows", 32, "Episodes per engine batch.")
+_MAX_BATCH = flags.DEFINE_integer("max_batch_rows", 32, "Episodes in the rollout loop at once.")
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 64, "Queued requests before 429.")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 4096, "Largest max_tokens a request may ask.")
 _MAX_N = flags.DEFINE_integer("max_n", 8, "Largest n a request may ask.")
 _TIMEOUT = flags.DEFINE_float("request_timeout_s", 300.0, "A request's wait for its reply.")
-_BATCH_WAIT = flags.DEFINE_integer("batch_wait_ms", 20, "Wait after a first request for "
-                                   "others to share its batch.")
+_BATCH_WAIT = flags.DEFINE_integer("batch_wait_ms", 20, "When idle, wait after a first "
+                                   "request for others to start with it.")
 _CONSTRAIN = flags.DEFINE_boolean(
     "constrain_code", False, "Inside ```python blocks, mask tokens that cannot continue valid "
     "Python (agentic_jax.rollout.constrain; needs llguidance).")

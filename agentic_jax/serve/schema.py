@@ -21,11 +21,11 @@ class ServeLimits:
     """Bounds on what one request and the whole server may ask for.
 
     max_n: choices per request. max_tokens: completion tokens per choice (the run's
-    max_length also bounds prompt + completion). max_batch_rows: episodes (request x n) in one
-    engine batch. max_queue: requests waiting for a batch before new ones get 429.
+    max_length also bounds prompt + completion). max_batch_rows: episodes (request x n) in the
+    rollout loop at once. max_queue: requests waiting to enter it before new ones get 429.
     max_body_bytes: request body size. request_timeout_s: a request's wait for its reply (504
-    after it). batch_wait_ms: how long the worker waits after the first queued request for
-    others to join its batch.
+    after it, and its episodes are cancelled). batch_wait_ms: when nothing runs, how long the
+    worker waits after a first request for others to start with it.
     """
 
     max_n: int = 8
