@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from agentic_jax.data import prompts
-from agentic_jax.data.tokenizer import builtin_tokenizer
 from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
 from agentic_jax.rollout.engine import EngineConfig, EngineStats, Event
 from agentic_jax.sandbox import Sandbox, SandboxConfig
@@ -102,11 +101,6 @@ class ScriptedEngine:
         event = self._event(rid, seq, "finished", reason)
         self.caches[rid] = self.seqs.pop(rid).cache
         return event
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return builtin_tokenizer()
 
 
 @pytest.fixture(scope="module")

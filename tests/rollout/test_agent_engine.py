@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_jax.data.tokenizer import builtin_tokenizer
-from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rl.step import compute_logprobs
 from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
 from agentic_jax.rollout.environment import Call, PythonTool, ToolSet
@@ -28,18 +26,6 @@ class EveryTurnCalls(ToolSet):
         if len(turn) < 5:
             return None
         return Call(cut=4 + turn[0] % 3, tool=self.tools[0], payload=f"print({turn[0]} * 7)")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return builtin_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    cfg = ModelConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_layers=2,
-                      num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
-    return Transformer(cfg, rngs=nnx.Rngs(4))
 
 
 @pytest.fixture(scope="module")

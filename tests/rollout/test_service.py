@@ -8,10 +8,7 @@ import fractions
 import jax
 import numpy as np
 import pytest
-from flax import nnx
 
-from agentic_jax.data.tokenizer import builtin_tokenizer
-from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout import AgentConfig, AgentLoop, Episode, RowSpec, ToolController
 from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.rollout.environment import Calculator, CalculatorError, Feedback, ToolSet
@@ -19,18 +16,6 @@ from agentic_jax.rollout.service import RolloutService
 from tests.rollout.test_agent import ScriptedEngine, enc
 
 MAX_SEQ = 96
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return builtin_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    cfg = ModelConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_layers=2,
-                      num_heads=4, num_kv_heads=2, head_dim=8)
-    return Transformer(cfg, rngs=nnx.Rngs(7))
 
 
 def _service(model, tok, tools=(), **engine_args):
