@@ -90,24 +90,33 @@ def ragged_decode_attention_xla(
     q_positions: jax.Array,
     *,
     sm_scale: float | None = None,
+    layer: jax.Array | None = None,
 ) -> jax.Array:
     """Decode attention whose cost follows the rows' real lengths: q [B, Hq, D] at q_positions
     [B] over the pages listed in ``pairs`` -> [B, Hq, D].
+
+    k_pages / v_pages: one layer's pages [Hkv, P, ps, D]; or, with ``layer`` (a scalar index),
+    every layer's [L, Hkv, P, ps, D], read in place: the listed pages are gathered straight
+    from the pool, with no copy of the layer's whole slice.
 
     Scores are computed per (row, page) pair, [M, Hkv, G, ps], and combined per row with a
     segment max / sum (the flash-attention rescaling, across pages instead of blocks). Unlike
     the block-table gather, a short row does not pay for the longest row's table width.
     """
     batch, num_heads, dim = q.shape
-    num_kv_heads, _, page_size, _ = k_pages.shape
+    num_kv_heads, _, page_size, _ = k_pages.shape[-4:]
     group = num_heads // num_kv_heads
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
     valid_pair = pairs.rows < batch
     rows = jnp.minimum(pairs.rows, batch - 1)
     q_pairs = q.reshape(batch, num_kv_heads, group, dim)[rows]                 # [M, Hkv, G, D]
-    keys = k_pages[:, pairs.pages].astype(q.dtype)                             # [Hkv, M, ps, D]
-    values = v_pages[:, pairs.pages].astype(q.dtype)
-    scores = jnp.einsum("mkgd,kmsd->mkgs", q_pairs, keys,
+    if layer is None:
+        keys = jnp.moveaxis(k_pages[:, pairs.pages], 0, 1)                     # [M, Hkv, ps, D]
+        values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
+    else:
+        keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
+    keys, values = keys.astype(q.dtype), values.astype(q.dtype)
+    scores = jnp.einsum("mkgd,mksd->mkgs", q_pairs, keys,
                         preferred_element_type=jnp.float32) * sm_scale
     kv_pos = pairs.starts[:, None] + jnp.arange(page_size)                     # [M, ps]
     visible = (kv_pos <= q_positions[rows][:, None]) & valid_pair[:, None]
@@ -117,7 +126,7 @@ def ragged_decode_attention_xla(
     probs = jnp.exp(scores - row_max[rows][..., None])
     probs = jnp.where(visible[:, None, None, :], probs, 0.0)
     denom = jax.ops.segment_sum(probs.sum(-1), segment, num_segments=batch)
-    out_pairs = jnp.einsum("mkgs,kmsd->mkgd", probs.astype(values.dtype), values,
+    out_pairs = jnp.einsum("mkgs,mksd->mkgd", probs.astype(values.dtype), values,
                            preferred_element_type=jnp.float32)
     out = jax.ops.segment_sum(out_pairs, segment, num_segments=batch)
     out = out / jnp.maximum(denom, jnp.finfo(jnp.float32).tiny)[..., None]

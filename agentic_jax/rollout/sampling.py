@@ -3,6 +3,12 @@
 Pure functions, traced inside the decode loop. The log-probability reported for a sampled token
 is always under the untempered policy (temperature 1, no truncation): that is the probability
 PPO's importance ratio compares against the trainer's recomputation.
+
+A row's token is drawn by inverse transform sampling (`draw_tokens`): one uniform number per row
+against the cumulative probabilities, searched in two levels (blocks of the vocabulary, then
+tokens within the chosen block). The Gumbel-max trick (`jax.random.categorical`) draws one
+number per vocabulary entry and takes two logarithms of each: at a 49k vocabulary that was a
+sixth of a CPU decode step, against almost nothing here.
 """
 
 from __future__ import annotations
@@ -82,10 +88,53 @@ def sample_tokens(
             scaled = jnp.where(keep_all[:, None], scaled, filtered)
         else:
             scaled = filter_logits(scaled, top_k=top_k, top_p=top_p)
-    sampled = jax.vmap(jax.random.categorical)(keys, scaled)
+    sampled = draw_tokens(scaled, keys)
     tokens = jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32)
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(policy, axis=-1), tokens[:, None], axis=-1)
     return tokens, logprobs[:, 0]
+
+
+# Vocabulary entries per block of the two-level search: the cumulative sums run over ~V / 256
+# block masses and then 256 probabilities, so a token's interval is computed to float32
+# precision relative to its block's mass rather than to the whole distribution's.
+_BLOCK = 256
+
+
+def draw_tokens(logits: jax.Array, keys: jax.Array) -> jax.Array:
+    """One token per row from softmax(logits) by inverse transform sampling.
+
+    Args:
+      logits: [B, V] float32 (already tempered and filtered; entries at the dtype's minimum
+        have probability 0 and are never drawn).
+      keys: [B] PRNG keys; each row draws a single uniform number from its own key.
+
+    Returns:
+      int32 [B]: for u ~ U[0, 1), the first token whose cumulative probability exceeds u.
+    """
+    rows, vocab = logits.shape
+    blocks = -(-vocab // _BLOCK)
+    probs = jnp.exp(logits - logits.max(axis=-1, keepdims=True))       # unnormalised, max 1
+    probs = jnp.pad(probs, ((0, 0), (0, blocks * _BLOCK - vocab))).reshape(rows, blocks, _BLOCK)
+    mass = probs.sum(-1)                                                # [B, blocks]
+    cum = jnp.cumsum(mass, axis=-1)
+    u = jax.vmap(lambda key: jax.random.uniform(key, (), jnp.float32))(keys)
+    target = u * cum[:, -1]
+    # Rounding can put the target at or past the last cumulative sum: the last block / token
+    # with positive probability then takes it, so a zero-probability entry is never returned.
+    block = jnp.minimum(jnp.sum(cum <= target[:, None], axis=-1), _last_positive(mass))
+    before = jnp.where(block > 0,
+                       jnp.take_along_axis(cum, jnp.maximum(block - 1, 0)[:, None], -1)[:, 0], 0.0)
+    inner = jnp.take_along_axis(probs, block[:, None, None], axis=1)[:, 0]     # [B, _BLOCK]
+    inner_cum = jnp.cumsum(inner, axis=-1)
+    index = jnp.sum(inner_cum <= (target - before)[:, None], axis=-1)
+    index = jnp.minimum(index, _last_positive(inner))
+    return (block * _BLOCK + index).astype(jnp.int32)
+
+
+def _last_positive(x: jax.Array) -> jax.Array:
+    """[B, N] -> int32 [B]: the index of each row's last positive entry (N - 1 when none is)."""
+    n = x.shape[-1]
+    return (n - 1 - jnp.argmax((x > 0)[:, ::-1], axis=-1)).astype(jnp.int32)
 
 
 def unpack_bitmask(allowed: jax.Array, vocab_size: int) -> jax.Array:

@@ -9,7 +9,7 @@ from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout import Sampler, SamplingParams, generate
-from agentic_jax.rollout.sampling import filter_logits, sample_tokens
+from agentic_jax.rollout.sampling import draw_tokens, filter_logits, sample_tokens
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
@@ -125,6 +125,51 @@ def test_truncated_sampling_stays_in_the_nucleus():
     np.testing.assert_allclose(np.asarray(lps), np.log([0.6, 0.3])[np.asarray(toks)], rtol=1e-5)
     greedy, _ = sample_tokens(logits, keys, temperature=0.0)
     assert (np.asarray(greedy) == 0).all()
+
+
+def _draws(logits: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    keys = jax.random.split(jax.random.key(seed), n)
+    return np.asarray(draw_tokens(jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), keys))
+
+
+def test_draws_follow_the_distribution_across_blocks():
+    # 600 entries: two whole blocks of 256 and a partial one; masked entries at block edges.
+    vocab, n = 600, 6000
+    neg = np.finfo(np.float32).min
+    heavy = [0, 255, 256, 511, 512, 598]               # first / last entries of each block
+    logits = np.full(vocab, np.log(0.04 / (vocab - len(heavy) - 3)), np.float32)
+    logits[heavy] = np.log(0.16)
+    logits[[5, 300, 599]] = neg
+    toks = _draws(logits, n)
+    counts = np.bincount(toks, minlength=vocab)
+    assert counts[[5, 300, 599]].sum() == 0
+    expected = 0.16 * n                                 # 960, sd ~28
+    assert np.all(np.abs(counts[heavy] - expected) < 6 * np.sqrt(expected)), counts[heavy]
+    light = np.delete(np.arange(vocab), heavy + [5, 300, 599])
+    assert abs(counts[light].sum() - 0.04 * n) < 6 * np.sqrt(0.04 * n)
+    # Random logits: chi-square over 40 contiguous bins against softmax.
+    logits = np.random.default_rng(1).normal(size=vocab).astype(np.float32) * 2
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    toks = _draws(logits, n, seed=1)
+    observed = np.bincount(toks // 15, minlength=40)
+    expected = np.add.reduceat(probs, np.arange(0, vocab, 15)) * n
+    chi2 = ((observed - expected) ** 2 / expected).sum()
+    assert chi2 < 80, chi2                              # 39 dof: p < 1e-4 beyond 80
+
+
+def test_a_draw_never_returns_a_zero_probability_entry():
+    neg = np.finfo(np.float32).min
+    for only in (0, 255, 256, 511, 599):                # one allowed entry anywhere
+        logits = np.full(600, neg, np.float32)
+        logits[only] = 0.0
+        assert set(_draws(logits, 64).tolist()) == {only}
+    # A near-certain entry before a tail of masked ones: rounding may not reach past it.
+    logits = np.full(600, neg, np.float32)
+    logits[:300] = -40.0
+    logits[299] = 0.0
+    toks = _draws(logits, 4096)
+    assert toks.max() <= 299 and np.mean(toks == 299) > 0.99
 
 
 def test_bad_arguments(model):

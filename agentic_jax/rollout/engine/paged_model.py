@@ -131,16 +131,17 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
         v = attn._project(h, "v", True)
         pool_k = pool_k.at[layer, :, page, offset].set(k.astype(pool_k.dtype), mode="drop")
         pool_v = pool_v.at[layer, :, page, offset].set(v.astype(pool_v.dtype), mode="drop")
-        layer_k = jax.lax.dynamic_index_in_dim(pool_k, layer, keepdims=False)
-        layer_v = jax.lax.dynamic_index_in_dim(pool_v, layer, keepdims=False)
-        if pairs is not None:
-            out = ragged_decode_attention_xla(q[:, 0], layer_k, layer_v, pairs,
-                                              positions[:, 0])[:, None]
-        elif decode_impl is None:
-            out = paged_attention_xla(q, layer_k, layer_v, block_tables, positions)
+        if pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
+            out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, pairs, positions[:, 0],
+                                              layer=layer)[:, None]
         else:
-            out = paged_decode_attention(q[:, 0], layer_k, layer_v, block_tables,
-                                         positions[:, 0] + 1, impl=decode_impl)[:, None]
+            layer_k = jax.lax.dynamic_index_in_dim(pool_k, layer, keepdims=False)
+            layer_v = jax.lax.dynamic_index_in_dim(pool_v, layer, keepdims=False)
+            if decode_impl is None:
+                out = paged_attention_xla(q, layer_k, layer_v, block_tables, positions)
+            else:
+                out = paged_decode_attention(q[:, 0], layer_k, layer_v, block_tables,
+                                             positions[:, 0] + 1, impl=decode_impl)[:, None]
         projected = dense(out, attn.o_kernel[...].astype(cfg.compute_dtype), in_dims=2)
         x = x + adapter_output(attn, "o_proj", out.reshape(*out.shape[:2], -1), projected,
                                cfg.lora_scale)

@@ -28,6 +28,15 @@ def _bucket(n: int, cap: int) -> int:
     return min(cap, 1 << max(0, n - 1).bit_length())
 
 
+def _width_bucket(n: int) -> int:
+    """The next of 16, 24, 32, 48, 64, 96, ... (powers of two and 1.5x them) >= n: a padded
+    chunk wastes at most a third of its work, for twice the compilations of powers of two."""
+    width = 16
+    while width < n:
+        width = width * 3 // 2 if width & (width - 1) == 0 else width // 3 * 4
+    return width
+
+
 class ModelRunner:
     """One model's weights (graph definition + state) and its paged KV pool; implements the
     scheduler's `Runner`.
@@ -67,10 +76,11 @@ class ModelRunner:
         self.kv = pm.copy_pages_jit(self.kv, src, dst)
 
     def prefill(self, chunks: list[PrefillChunk]) -> None:
-        # Fixed rows, power-of-two chunk and table widths: a handful of compilations, and a
+        # Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
+        # bucketed chunk widths and power-of-two table widths: a handful of compilations, and a
         # chunk attends over the pages up to its own end, not over max_seq_len.
-        rows, ps = self.prefill_rows, self.page_size
-        width = max(16, _bucket(max(len(c.tokens) for c in chunks), 1 << 30))
+        rows, ps = _bucket(len(chunks), self.prefill_rows), self.page_size
+        width = _width_bucket(max(len(c.tokens) for c in chunks))
         table_w = _bucket(max(-(-(c.start + len(c.tokens)) // ps) for c in chunks),
                           self.max_pages)
         tokens = np.zeros((rows, width), np.int32)
