@@ -105,6 +105,9 @@ def _default() -> ml_collections.ConfigDict:
     c.environment.max_output_tokens = 32  # tokens of one rendered tool output (head + tail)
     # An episode's code blocks share one namespace (notebook-style); off as in ZeroTIR.
     c.environment.stateful = False
+    # The episodes' tools: "python" (the sandbox), "calculator" (<calc>EXPR</calc>), or a user's
+    # "module:attribute" (see agentic_jax/rollout/environment.py), e.g. python,calculator.
+    c.environment.tools = ("python",)
 
     c.rl = ml_collections.ConfigDict()
     c.rl.algorithm = "ppo"  # ppo (GAE, needs model.value_head) | grpo | reinforce_pp

@@ -24,6 +24,7 @@ from agentic_jax.parallel.placement import copy_across
 from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
 from agentic_jax.rollout.engine import Engine
+from agentic_jax.rollout.environment import build_tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +61,11 @@ class InferencePolicy:
         return tool_controller(self.cfg, mode)
 
     def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
-        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller,
-                         cfg or self.agent_cfg)
+        """The tool loop over the engine with the run's tools (``environment.tools``)."""
+        cfg = cfg or self.agent_cfg
+        tools = build_tools(self.cfg.environment.tools, sandbox=self.sandbox,
+                            stateful=cfg.stateful)
+        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller, cfg, tools=tools)
 
     def close(self) -> None:
         self.sandbox.close()

@@ -265,7 +265,8 @@ class BenchmarkEvalConfig:
 @dataclasses.dataclass(frozen=True)
 class EnvironmentConfig:
     """``environment.*``: the sandbox's limits and the tool budget (timeout in ms, memory_limit
-    in MB, as the config has them)."""
+    in MB, as the config has them), and the episodes' tools (`rollout.environment.build_tools`:
+    "python", "calculator", or "module:attribute")."""
 
     timeout: int
     memory_limit: int
@@ -275,9 +276,20 @@ class EnvironmentConfig:
     tool_mode: str
     max_output_tokens: int
     stateful: bool
+    tools: tuple[str, ...] = ("python",)
 
     def __post_init__(self):
         from agentic_jax.rollout.controller import MODES
+        from agentic_jax.rollout.environment import build_tools
+
+        # --config.environment.tools=python,calculator arrives as one comma-separated string.
+        names = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools)
+        object.__setattr__(self, "tools", tuple(
+            n.strip() for entry in names for n in str(entry).split(",") if n.strip()))
+        try:   # names, imports and the protocol checked now, not at the first rollout
+            build_tools(self.tools)
+        except ValueError as err:
+            raise UserError(str(err)) from None
 
         check(self.timeout > 0, "timeout", "a positive number of ms", self.timeout)
         check(self.memory_limit > 0, "memory_limit", "a positive number of MB",

@@ -7,7 +7,8 @@ from agentic_jax.rollout.episode import Episode, RolloutBatch
 from agentic_jax.rollout.environment import Calculator, Feedback, PythonTool, Tool
 from agentic_jax.rollout.generate import generate
 from agentic_jax.rollout.sampler import DecodeOut, DecodeState, Sampler, SamplingParams
-from agentic_jax.rollout.service import Phase, RolloutService
+from agentic_jax.rollout.live import Phase
+from agentic_jax.rollout.service import RolloutService
 
 __all__ = [
     "AgentConfig",

@@ -18,7 +18,10 @@ from its own tokens only; what a tool answers is context.
 reports the same call): the loop binary-searches the token prefix where the call completes.
 ``state`` is a dict of the episode's own, for tools that remember earlier calls. A tool with
 nothing slow to do returns a finished future (`done`). To add a tool, implement the protocol and
-pass it in ``tools=`` to `RolloutService` / `AgentLoop`; neither the engine nor the loop changes.
+pass it in ``tools=`` to `RolloutService` / `AgentLoop`, or name it in a run's config
+(``environment.tools``, read by `build_tools`): a built-in name, or ``module:attribute`` for an
+object (or a class / factory called without arguments) importable from the run's Python path.
+Neither the engine nor the loop changes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import ast
 import concurrent.futures as cf
 import dataclasses
 import fractions
+import importlib
 import operator
 import re
 from typing import Any, Protocol, Sequence
@@ -223,3 +227,61 @@ class ToolSet:
             if payload is not None:
                 return Call(cut, tool, payload)
         return Call(cut)
+
+
+# The tools a config names without an import path.
+BUILTIN_TOOLS = ("python", "calculator")
+_PROTOCOL = ("name", "pause_text", "find_call", "start", "feedback")
+
+
+def build_tools(names: Sequence[str], *, sandbox: Any = None, stateful: bool = False
+                ) -> list[Tool]:
+    """The tools named by a config (``environment.tools``), in order.
+
+    Args:
+      names: "python" (the sandbox's ```python blocks), "calculator" (`Calculator`), or
+        "module:attribute" for a user's tool: an object implementing `Tool`, or a class /
+        factory that returns one when called without arguments.
+      sandbox, stateful: the Python tool's sandbox and whether its blocks share a namespace.
+
+    Raises:
+      ValueError: an unknown name, an import that fails, or an object that is not a tool.
+    """
+    if isinstance(names, str) or not names:
+        raise ValueError(f"tools: expected a non-empty list of tool names, got {names!r}")
+    tools: list[Tool] = []
+    for name in names:
+        if name == "python":
+            tools.append(PythonTool(sandbox, stateful))
+        elif name == "calculator":
+            tools.append(Calculator())
+        elif isinstance(name, str) and ":" in name:
+            tools.append(_import_tool(name))
+        else:
+            raise ValueError(f"tools: unknown tool {name!r}; expected one of {BUILTIN_TOOLS} or "
+                             f"'module:attribute'")
+    ToolSet(tools)  # distinct names
+    return tools
+
+
+def _import_tool(spec: str) -> Tool:
+    module, _, attribute = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"tools: cannot import {spec!r} ({type(err).__name__}: {err})") from None
+    if isinstance(obj, type) or (callable(obj) and not _is_tool(obj)):
+        try:
+            obj = obj()
+        except Exception as err:  # noqa: BLE001 - a user's factory, reported as a config error
+            raise ValueError(f"tools: calling {spec!r} without arguments failed "
+                             f"({type(err).__name__}: {err})") from None
+    if not _is_tool(obj):
+        missing = [a for a in _PROTOCOL if not hasattr(obj, a)]
+        raise ValueError(f"tools: {spec!r} is not a tool (it lacks {', '.join(missing)}; see "
+                         f"agentic_jax.rollout.environment.Tool)")
+    return obj
+
+
+def _is_tool(obj: Any) -> bool:
+    return all(hasattr(obj, a) for a in _PROTOCOL) and not isinstance(obj, type)

@@ -30,57 +30,20 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import dataclasses
-import enum
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from agentic_jax.rollout import tools as text_tools
-from agentic_jax.rollout.environment import Call, Tool, ToolSet
+from agentic_jax.rollout.environment import Tool, ToolSet
 from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
+from agentic_jax.rollout.live import EpisodeHook, Live, Phase, finish, pause_ids
 from agentic_jax.utils.timing import PhaseTimer
 
 DISABLED_MESSAGE = "Tools are disabled: answer directly."
-
-# Called with (episode so far, "model" | "tool" | "done") as an episode grows.
-EpisodeHook = Callable[[Episode, str], None]
-
-
-class Phase(enum.Enum):
-    DECODING = "decoding"
-    RUNNING_TOOL = "running_tool"
-    READY = "ready"
-    DONE = "done"
-
-
-@dataclasses.dataclass
-class Live:
-    """One submitted episode: its request's settings and where it is."""
-
-    episode: Episode
-    key: np.ndarray
-    max_length: int
-    sampling: Any
-    on_update: EpisodeHook | None
-    phase: Phase = Phase.DECODING
-    call: Call | None = None            # the event the pause hook found
-    tool: cf.Future | None = None       # RUNNING_TOOL: the call's future
-    tool_started: float = 0.0
-    state: dict = dataclasses.field(default_factory=dict)   # the tools' per-episode memory
-    output: list[int] = dataclasses.field(default_factory=list)  # READY: tokens to append
-
-    @property
-    def length(self) -> int:
-        return len(self.episode.prompt_tokens) + len(self.episode.response_tokens)
-
-    def hook(self, kind: str) -> None:
-        if self.on_update is not None:
-            self.on_update(self.episode, kind)
-
 
 class RolloutService:
     """Args:
@@ -99,7 +62,7 @@ class RolloutService:
         self.engine, self.tokenizer = engine, tokenizer
         self.toolset = ToolSet(tools, stop_on_answer)
         self.end_ids, self.max_output_tokens = tuple(end_ids), max_output_tokens
-        self.pause_ids = _pause_ids(tokenizer, self.toolset.pause_texts())
+        self.pause_ids = pause_ids(tokenizer, self.toolset.pause_texts())
         self.constraint = constraint
         self.timer = PhaseTimer()
         self.live: dict[int, Live] = {}
@@ -240,12 +203,12 @@ class RolloutService:
         ep = live.episode
         ep.add_model_tokens(event.tokens, event.logprobs, event.values, event.versions)
         if event.kind == "finished":
-            _finish(live, "eos" if event.reason == "stop" else "length", void=True)
+            finish(live, "eos" if event.reason == "stop" else "length", void=True)
             return
         call, live.call = live.call, None
         if call.tool is None:
             self.engine.release(handle)
-            _finish(live, "answer")
+            finish(live, "answer")
         elif ep.num_tool_calls < ep.tool_budget:
             ep.num_tool_calls += 1
             live.phase, live.tool_started = Phase.RUNNING_TOOL, time.perf_counter()
@@ -303,28 +266,10 @@ class RolloutService:
             live.hook("tool")
             if len(live.output) >= room:
                 self.engine.release(handle)
-                _finish(live, "length")
+                finish(live, "length")
                 live.hook("done")
                 finished.append((handle, live.episode))
             else:
                 self.engine.resume(handle, live.output)
                 live.phase = Phase.DECODING
             live.output = []
-
-
-def _finish(live: Live, reason: str, void: bool = False) -> None:
-    live.phase = Phase.DONE
-    live.episode.finish_reason = reason
-    live.episode.void_turn = live.episode.void_turn or void
-
-
-def _pause_ids(tokenizer: Any, texts: list[str]) -> tuple[int, ...]:
-    """The tools' pause texts that the tokenizer has as one token (the built-in one's closing
-    fence): a slot stops its round trip there, so the call starts without waiting for the
-    round to end."""
-    ids = []
-    for text in texts:
-        encoded = tokenizer.encode(text, add_special_tokens=False)
-        if len(encoded) == 1:
-            ids.append(int(encoded[0]))
-    return tuple(dict.fromkeys(ids))

@@ -11,7 +11,8 @@ import pytest
 
 from agentic_jax.rollout import AgentConfig, AgentLoop, Episode, RowSpec, ToolController
 from agentic_jax.rollout.engine import Engine, EngineConfig
-from agentic_jax.rollout.environment import Calculator, CalculatorError, Feedback, ToolSet
+from agentic_jax.rollout.environment import (Calculator, CalculatorError, Feedback, PythonTool,
+                                             ToolSet, build_tools)
 from agentic_jax.rollout.service import RolloutService
 from tests.rollout.test_agent import ScriptedEngine, enc
 
@@ -201,3 +202,20 @@ def test_the_first_completed_call_wins(tok):
     assert tools.first_event(enc(tok, "no call here"), lambda t: tok.decode(t)) is None
     with pytest.raises(ValueError, match="distinct"):
         ToolSet([Calculator(), Calculator()])
+
+
+def test_build_tools_reads_names_and_import_paths():
+    sandbox = object()
+    python, calc = build_tools(["python", "calculator"], sandbox=sandbox, stateful=True)
+    assert isinstance(python, PythonTool) and python.sandbox is sandbox and python.stateful
+    assert isinstance(calc, Calculator)
+    (tool,) = build_tools(["agentic_jax.rollout.environment:Calculator"])
+    assert isinstance(tool, Calculator)
+    for names, message in [(["abacus"], "unknown tool 'abacus'"),
+                           (["calculator", "calculator"], "distinct"),
+                           (["agentic_jax.nope:X"], "cannot import"),
+                           (["json:dumps"], "without arguments"),
+                           (["json:__name__"], "not a tool"),
+                           ("python", "non-empty list"), ([], "non-empty list")]:
+        with pytest.raises(ValueError, match=message):
+            build_tools(names)

@@ -77,6 +77,11 @@ def test_unknown_variant():
     ("rollout.attention_impl", "cuda"),
     ("environment.tool_mode", "sometimes"),
     ("environment.timeout", 0),
+    ("environment.tools", ("python", "abacus")),
+    ("environment.tools", ("python", "python")),
+    ("environment.tools", ("no_such_module_xyz:Tool",)),
+    ("environment.tools", ("json:dumps",)),
+    ("environment.tools", ()),
     ("training.batch_size", 0),
     ("warmstart.tool_fraction", 1.5),
     ("checkpoint.keep", 0),
@@ -212,3 +217,20 @@ def test_config_errors_are_user_errors():
     with pytest.raises(UserError, match="^lr: expected a positive number"):
         dataclasses.replace(read_config(tiny_config()).training, lr=0.0)
     assert issubclass(ConfigError, UserError) and issubclass(UserError, ValueError)
+
+
+def test_tools_are_named_in_the_config(tmp_path, monkeypatch):
+    config = tiny_config(**{"environment.tools": ("python,calculator",)})
+    assert read_config(config).environment.tools == ("python", "calculator")
+    assert read_config(tiny_config()).environment.tools == ("python",)
+    # A user's tool from the run's Python path: a class called without arguments.
+    (tmp_path / "my_tools.py").write_text(
+        "import concurrent.futures as cf\n"
+        "class Echo:\n"
+        "    name, pause_text = 'echo', None\n"
+        "    def find_call(self, text): return None\n"
+        "    def start(self, call, *, timeout_ms, state): return cf.Future()\n"
+        "    def feedback(self, call, result, *, tokenizer, max_tokens, state): return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tiny_config(**{"environment.tools": ("python", "my_tools:Echo")})
+    assert read_config(config).environment.tools == ("python", "my_tools:Echo")
