@@ -67,6 +67,17 @@ def test_a_config_opens_without_data_and_replies_as_the_training_policy(monkeypa
         policy.close()
 
 
+
+def test_the_configured_tools_reach_the_loop():
+    policy = open_run(tiny_config(**{"environment.tools": ("calculator", "python")}))
+    try:
+        tools = policy.agent(policy.controller()).service.toolset.tools
+        assert [t.name for t in tools] == ["calculator", "python"]
+        assert tools[1].sandbox is policy.sandbox
+    finally:
+        policy.close()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("run"))
