@@ -71,16 +71,27 @@ def test_a_client_that_disconnects_cancels_its_episodes(tiny_policy):
 
 def test_a_non_streaming_client_that_disconnects_cancels_its_episodes(tiny_policy):
     with live_server(tiny_policy, ServeLimits(batch_wait_ms=0)) as (url, service):
-        engine = service.worker.policy.engine
-        host, port = url.removeprefix("http://").split(":")
-        body = json.dumps(LONG).encode()
-        with socket.create_connection((host, int(port))) as conn:
-            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                         b"Content-Type: application/json\r\n"
-                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            _until(lambda: service.worker.stats.requests == 1)   # its episode is running
-        # The connection is closed before the reply.
-        _until(lambda: service.worker.stats.cancelled == 1)
+        worker = service.worker
+        engine, step = worker.policy.engine, worker.service.step
+        released = threading.Event()
+
+        def held_step():   # the episode cannot finish before the disconnect is seen
+            released.wait()
+            return step()
+
+        worker.service.step = held_step
+        try:
+            host, port = url.removeprefix("http://").split(":")
+            body = json.dumps(LONG).encode()
+            with socket.create_connection((host, int(port))) as conn:
+                conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             b"Content-Type: application/json\r\n"
+                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                _until(lambda: worker.stats.requests == 1)   # its episode is admitted
+            # The connection is closed before the reply.
+            _until(lambda: worker.stats.cancelled == 1)
+        finally:
+            released.set()
         _until(lambda: not engine.seqs and engine.pool.in_use == 0)
 
 
