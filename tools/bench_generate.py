@@ -34,7 +34,8 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.models import Transformer, from_pretrained, get_preset
-from agentic_jax.rollout import RowSpec, Sampler, SamplingParams, generate
+from agentic_jax.rollout import RowSpec, SamplingParams, generate
+from agentic_jax.rollout.sampler import Sampler
 from agentic_jax.rollout.engine import Engine, EngineConfig
 
 

@@ -18,7 +18,8 @@ import time
 import jax
 import numpy as np
 
-from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout import SamplingParams, generate
+from agentic_jax.rollout.sampler import Sampler
 from agentic_jax.rollout.engine import EngineConfig, page_bytes
 
 

@@ -148,7 +148,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     from agentic_jax.rl.losses import LossConfig
     from agentic_jax.rl.off_policy import OffPolicyConfig
     from agentic_jax.rollout.engine import EngineConfig
-    from agentic_jax.rollout.sampler import SamplingParams
+    from agentic_jax.rollout.engine.types import SamplingParams
 
     model = read_group(ModelSpec, config.model, "model", path=_checkpoint_dir(config.model))
     rl = read_group(RLConfig, config.rl, "rl")

@@ -1,12 +1,13 @@
 """Rollouts: the engine, the open rollout loop over it and its tools, the batch client used by
-training and evaluation, and the episode record."""
+training and evaluation, and the episode record. (`rollout.sampler.Sampler`, a static batch,
+is the engine's reference in tests and benchmarks, not part of this API.)"""
 
 from agentic_jax.rollout.agent import AgentConfig, AgentLoop, RolloutResult, RowSpec
 from agentic_jax.rollout.controller import ToolController, ToolDecision
 from agentic_jax.rollout.episode import Episode, RolloutBatch
 from agentic_jax.rollout.environment import Calculator, Feedback, PythonTool, Tool
 from agentic_jax.rollout.generate import generate
-from agentic_jax.rollout.sampler import DecodeOut, DecodeState, Sampler, SamplingParams
+from agentic_jax.rollout.engine.types import SamplingParams
 from agentic_jax.rollout.live import Phase
 from agentic_jax.rollout.service import RolloutService
 
@@ -14,8 +15,6 @@ __all__ = [
     "AgentConfig",
     "AgentLoop",
     "Calculator",
-    "DecodeOut",
-    "DecodeState",
     "Episode",
     "Feedback",
     "Phase",
@@ -24,7 +23,6 @@ __all__ = [
     "RolloutResult",
     "RolloutService",
     "RowSpec",
-    "Sampler",
     "SamplingParams",
     "ToolController",
     "Tool",

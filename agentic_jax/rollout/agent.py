@@ -21,7 +21,7 @@ from agentic_jax.rollout.controller import ToolController
 from agentic_jax.rollout.engine import Engine
 from agentic_jax.rollout.environment import PythonTool, Tool
 from agentic_jax.rollout.episode import Episode
-from agentic_jax.rollout.sampler import SamplingParams
+from agentic_jax.rollout.engine.types import SamplingParams
 from agentic_jax.rollout.service import RolloutService
 from agentic_jax.utils.timing import PhaseTimer
 

@@ -10,7 +10,7 @@ import numpy as np
 from flax import nnx
 
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
-from agentic_jax.rollout.sampler import SamplingParams
+from agentic_jax.rollout.engine.types import SamplingParams
 
 _DEFAULT_SLOTS = 64
 

@@ -13,7 +13,8 @@ from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rl.step import compute_logprobs
-from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout import SamplingParams, generate
+from agentic_jax.rollout.sampler import Sampler
 
 CFG = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=16, qkv_bias=True, value_head=True)

@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
-from agentic_jax.rollout import Sampler, SamplingParams, generate
+from agentic_jax.rollout import SamplingParams, generate
+from agentic_jax.rollout.sampler import Sampler
 from agentic_jax.rollout.sampling import draw_tokens, filter_logits, sample_tokens
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
