@@ -194,6 +194,10 @@ class Worker:
         proc = self._proc
         if proc is None:
             return
+        if self._server_pidfd is None and proc.poll() is None:
+            # Started but not yet ready (a close during a restart): find its serving process
+            # now, so that the kill below waits for it too.
+            self._server_pidfd = _open_server_pidfd(proc)
         if self._server_pidfd is not None:
             _signal_pidfd(self._server_pidfd)
         if proc.poll() is None:  # not reaped, so the PID (and its process group) is still ours
