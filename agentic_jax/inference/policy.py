@@ -9,6 +9,7 @@ record. Training builds the same pieces and adds its problems (`agentic_jax.rl.b
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from agentic_jax.parallel.placement import copy_across
 from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
 from agentic_jax.rollout.engine import Engine
-from agentic_jax.rollout.environment import build_tools
+from agentic_jax.rollout.environment import Tool, build_tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +61,17 @@ class InferencePolicy:
         allowed; "forbidden": the direct-answer setting; "adaptive": training's)."""
         return tool_controller(self.cfg, mode)
 
+    @functools.cached_property
+    def tools(self) -> tuple[Tool, ...]:
+        """The run's tools (``environment.tools``), built once: a tool keeps an episode's
+        memory in the per-episode ``state`` the loop hands it, so loops can share them."""
+        e = self.cfg.environment
+        return tuple(build_tools(e.tools, sandbox=self.sandbox, stateful=e.stateful))
+
     def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
-        """The tool loop over the engine with the run's tools (``environment.tools``)."""
-        cfg = cfg or self.agent_cfg
-        tools = build_tools(self.cfg.environment.tools, sandbox=self.sandbox,
-                            stateful=cfg.stateful)
-        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller, cfg, tools=tools)
+        """The tool loop over the engine with the run's tools."""
+        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller,
+                         cfg or self.agent_cfg, tools=self.tools)
 
     def close(self) -> None:
         self.sandbox.close()

@@ -74,6 +74,8 @@ def test_the_configured_tools_reach_the_loop():
         tools = policy.agent(policy.controller()).service.toolset.tools
         assert [t.name for t in tools] == ["calculator", "python"]
         assert tools[1].sandbox is policy.sandbox
+        # Built once per policy, not per loop (training opens a loop every step).
+        assert policy.agent(policy.controller()).service.toolset.tools == tools
     finally:
         policy.close()
 
