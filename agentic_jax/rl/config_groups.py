@@ -21,6 +21,17 @@ def check(ok: bool, field: str, expected: str, value: Any) -> None:
         raise UserError(f"{field}: expected {expected}, got {value!r}")
 
 
+def split_names(obj: Any, *fields: str) -> None:
+    """Normalises tuple-of-names fields of a frozen record: a command-line value such as
+    ``--config.data.kinds=product,power`` arrives as one comma-separated string (or a
+    one-element tuple holding it), which becomes ("product", "power")."""
+    for field in fields:
+        value = getattr(obj, field)
+        entries = (value,) if isinstance(value, str) else tuple(value)
+        object.__setattr__(obj, field, tuple(
+            n.strip() for entry in entries for n in str(entry).split(",") if n.strip()))
+
+
 def _positive(obj: Any, *names: str) -> None:
     for n in names:
         check(int(getattr(obj, n)) > 0, n, "a positive integer", getattr(obj, n))
@@ -97,6 +108,7 @@ class ModelSpec:
         from agentic_jax.models import PRESETS
         from agentic_jax.models.config import LORA_TARGETS
 
+        split_names(self, "lora_targets")
         check(isinstance(self.lora_rank, int) and self.lora_rank >= 0, "lora_rank",
               "an integer >= 0 (0: off)", self.lora_rank)
         check(self.lora_alpha > 0, "lora_alpha", "a positive number", self.lora_alpha)
@@ -207,8 +219,18 @@ class DataConfig:
     decontaminate: bool
 
     def __post_init__(self):
+        from agentic_jax.data.curriculum import kinds
+        from agentic_jax.data.problem import STAGES
         from agentic_jax.data.prompts import TEMPLATES
 
+        split_names(self, "stages", "kinds")
+        if self.source == "curriculum":
+            check(bool(self.stages) and set(self.stages) <= set(STAGES), "stages",
+                  f"a non-empty subset of {STAGES}", self.stages)
+            known = [k for stage in self.stages for k in kinds(stage)]
+            check(set(self.kinds) <= set(known), "kinds",
+                  f"kinds of data.stages={self.stages} (empty: all of them), from {known}",
+                  self.kinds)
         check(self.template in TEMPLATES, "template", f"one of {TEMPLATES}", self.template)
         check(0 < self.test_fraction < 1, "test_fraction", "a value in (0, 1)",
               self.test_fraction)
@@ -282,10 +304,7 @@ class EnvironmentConfig:
         from agentic_jax.rollout.controller import MODES
         from agentic_jax.rollout.environment import build_tools
 
-        # --config.environment.tools=python,calculator arrives as one comma-separated string.
-        names = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools)
-        object.__setattr__(self, "tools", tuple(
-            n.strip() for entry in names for n in str(entry).split(",") if n.strip()))
+        split_names(self, "tools", "whitelist")  # e.g. --config.environment.tools=python,calculator
         try:   # names, imports and the protocol checked now, not at the first rollout
             build_tools(self.tools)
         except ValueError as err:

@@ -93,6 +93,10 @@ def test_unknown_variant():
     ("eval.num_samples", 0),
     ("eval.top_p", 1.5),
     ("data.levels", (0, 6)),
+    ("data.stages", ("arithmetic", "geometry")),
+    ("data.kinds", ("product", "derivative")),  # not a kind of the default stages
+    ("data.kinds", ("product,prodcut",)),
+    ("model.lora_targets", ("q_proj,qkv",)),
     ("data.decontaminate", True),
     ("mesh.rollout_devices", -1),
 ])
@@ -217,6 +221,19 @@ def test_config_errors_are_user_errors():
     with pytest.raises(UserError, match="^lr: expected a positive number"):
         dataclasses.replace(read_config(tiny_config()).training, lr=0.0)
     assert issubclass(ConfigError, UserError) and issubclass(UserError, ValueError)
+
+
+def test_name_lists_take_comma_separated_command_line_values():
+    # --config.data.kinds=product,power reaches the config as one string (ml_collections keeps
+    # a non-literal override of a tuple field as a one-element tuple of it).
+    config = tiny_config(**{"data.stages": ("arithmetic",), "data.kinds": ("product, power",),
+                            "environment.whitelist": ("sympy,math",),
+                            "model.lora_targets": ("q_proj,v_proj",)})
+    cfg = read_config(config)
+    assert cfg.data.stages == ("arithmetic",)
+    assert cfg.data.kinds == ("product", "power")
+    assert cfg.environment.whitelist == ("sympy", "math")
+    assert cfg.model.lora_targets == ("q_proj", "v_proj")
 
 
 def test_tools_are_named_in_the_config(tmp_path, monkeypatch):
