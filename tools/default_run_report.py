@@ -5,6 +5,13 @@
       --config.seed=1
   python tools/default_run_report.py runs/default runs/default_seed1
 
+Any other recipe's runs the same way, under a name of its own (files NAME.png / NAME.md, README
+markers <!-- NAME:begin --> with dashes for underscores), e.g. the real model's:
+
+  python tools/default_run_report.py --name=smollm2_rl \\
+      --command="python -m agentic_jax.train --config=configs/math_ppo.py:smollm2-135m-rl" \\
+      runs/smollm2_rl runs/smollm2_rl_seed1
+
 Reads each run directory's config.json, summary.json, metrics.jsonl and transcripts.jsonl and
 writes:
   docs/results/default_run.png   code-use rate, accuracy and response length against step, one
@@ -33,10 +40,20 @@ from agentic_jax.utils import read_json, read_metrics
 
 _OUT_DIR = flags.DEFINE_string("out_dir", "docs/results", "Where the figure and section go.")
 _README = flags.DEFINE_string("readme", "README.md", "The README to update ('' to skip).")
+_NAME = flags.DEFINE_string("name", "default_run",
+                            "The recipe's name: file names and the README's markers.")
+_COMMAND = flags.DEFINE_string("command", "python -m agentic_jax.train "
+                               "--config=configs/math_ppo.py", "The command the runs ran.")
+_TITLE = flags.DEFINE_string("title", "The default run", "The figure's title begins so.")
 _EDGE = 5  # steps averaged at each end of a training curve
 
-BEGIN, END = "<!-- default-run:begin -->", "<!-- default-run:end -->"
-FIGURE, SECTION = "default_run.png", "default_run.md"
+
+def markers(name: str) -> tuple[str, str]:
+    tag = name.replace("_", "-")
+    return f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+
+
+BEGIN, END = markers("default_run")
 
 
 class Run:
@@ -49,6 +66,8 @@ class Run:
         self.records, _ = read_metrics(os.path.join(path, "metrics.jsonl"))
         self.transcripts = _read_jsonl(os.path.join(path, "transcripts.jsonl"))
         self.seed = int(self.config["seed"])
+        rank = int(self.config.get("model", {}).get("lora_rank", 0))
+        self.tag = f"seed {self.seed}" + (f", LoRA r={rank}" if rank else "")
 
     def held_out(self, phase: str, mode: str, key: str) -> float:
         return float(self.summary[phase][mode].get(key, float("nan")))
@@ -72,13 +91,13 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def plot(runs: Sequence[Run], out_png: str) -> None:
+def plot(runs: Sequence[Run], out_png: str, title: str = "The default run") -> None:
     fig = Figure(figsize=(9, 6), layout="constrained")
     ax = fig.subplots()
     right = ax.twinx()
     styles = ("-", "--", ":")
     for i, run in enumerate(runs):
-        ls, tag = styles[i % len(styles)], f"seed {run.seed}"
+        ls, tag = styles[i % len(styles)], run.tag
         last = run.summary["steps"]
         # Training episodes per step as a line, the held-out evaluations before and after RL
         # as circles (filled for the first run).
@@ -96,7 +115,7 @@ def plot(runs: Sequence[Run], out_png: str) -> None:
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     fig.legend(handles, [h.get_label() for h in handles], fontsize="small",
                loc="outside lower center", ncols=3)
-    fig.suptitle("The default run: code use, accuracy and response length per RL step")
+    fig.suptitle(f"{title}: code use, accuracy and response length per RL step")
     os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
     FigureCanvasAgg(fig).print_png(out_png)
 
@@ -163,24 +182,42 @@ def _kinds_note(config: dict, stage: str) -> str:
     return f" ({', '.join(own)})" if own else ""
 
 
-def section(runs: Sequence[Run], figure_path: str) -> str:
+def _runs_note(runs: Sequence[Run]) -> str:
+    """"seeds 0, 1 (the second with `--config.seed=1`)", or the runs' tags when they differ in
+    more than the seed."""
+    if all(r.tag == f"seed {r.seed}" for r in runs):
+        seeds = ", ".join(str(r.seed) for r in runs)
+        return (f"seed{'s' if len(runs) > 1 else ''} {seeds}"
+                + (" (the second with `--config.seed=1`)" if len(runs) > 1 else ""))
+    return "runs " + "; ".join(r.tag for r in runs)
+
+
+def _stages_note(c: dict) -> str:
+    stages = c["data"]["stages"]
+    if len(stages) == 1:
+        return f"({stages[0]}, difficulty up to {c['data']['max_difficulty']:.0%} of its range)"
+    return (f"({' then '.join(stages)}: the curriculum moves on at "
+            f"{c['data']['scheduler_threshold']:.0%} rolling accuracy{_ahead_note(c)})")
+
+
+def section(runs: Sequence[Run], figure_path: str,
+            command: str = "python -m agentic_jax.train --config=configs/math_ppo.py",
+            name: str = "default_run") -> str:
     main = runs[0]
     c = main.config
     ws = main.summary.get("warmstart", {})
-    seeds = ", ".join(str(r.seed) for r in runs)
     lines = [
-        "`python -m agentic_jax.train --config=configs/math_ppo.py` on 2 CPU cores, seeds "
-        f"{seeds} (the second with `--config.seed=1`). A "
+        f"`{command}` on 2 CPU cores, {_runs_note(runs)}. A "
         f"{main.summary['num_params'] / 1e6:.1f}M-parameter model is warm-started for "
         f"{c['warmstart']['steps']:,} supervised steps, in which "
         f"{ws.get('warmstart/tool_fraction', float('nan')):.0%} of the examples use the tool"
-        f"{_shipped_note(runs)}; then {c['training']['total_steps']} PPO steps of {c['training']['batch_size']} "
+        f"{_shipped_note(runs)}; then {c['training']['total_steps']} "
+        f"{c['rl'].get('algorithm', 'ppo').upper()} steps of {c['training']['batch_size']} "
         f"prompts x {c['rl']['group_size']} samples on {', '.join(c['data']['kinds'])} "
-        f"({' then '.join(c['data']['stages'])}: the curriculum moves on at "
-        f"{c['data']['scheduler_threshold']:.0%} rolling accuracy{_ahead_note(c)}).",
+        f"{_stages_note(c)}.",
         "",
         "| held-out (greedy) | " + " | ".join(
-            f"seed {r.seed}: warm start | seed {r.seed}: after RL" for r in runs) + " |",
+            f"{r.tag}: warm start | {r.tag}: after RL" for r in runs) + " |",
         "| --- |" + " --- | --- |" * len(runs),
     ]
     rows = (("accuracy with tools", "tools", "accuracy", "{:.3f}"),
@@ -198,7 +235,7 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
     n = int(main.held_out("initial", "tools", "num_problems"))
     lines += ["", f"Held-out: {n} problems, the stages taking turns. Wall time and peak memory "
               "(resident set of the training process): " + "; ".join(
-                  f"seed {r.seed} {_fmt_time(r.summary['wall_time_s'])}, "
+                  f"{r.tag} {_fmt_time(r.summary['wall_time_s'])}, "
                   f"{r.summary['peak_rss_mb'] / 1024:.1f} GB" for r in runs
                   if "wall_time_s" in r.summary) + ".", "",
               f"![code use, accuracy and response length vs step]({figure_path})", ""]
@@ -212,7 +249,7 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
                  f"stayed on {reached[0]} (its rolling accuracy stayed under the threshold)"
                  f"{preview}" if reached else "")
         if moved:
-            lines.append(f"- Curriculum, seed {r.seed}: training {moved}.")
+            lines.append(f"- Curriculum, {r.tag}: training {moved}.")
     for r in runs:
         parts = []
         for key, label, fmt in (("code_use_rate", "code-use rate", "{:.2f}"),
@@ -223,28 +260,30 @@ def section(runs: Sequence[Run], figure_path: str) -> str:
                 continue  # no algebra problem was trained on
             a, b = r.ends(key)
             parts.append(f"{label} {fmt.format(a)} -> {fmt.format(b)}")
-        lines.append(f"- Training episodes, seed {r.seed} (means of the first and last "
+        lines.append(f"- Training episodes, {r.tag} (means of the first and last "
                      f"{_EDGE} steps): " + ", ".join(parts) + ".")
     before, after = _pick_transcripts(main)
     for title, picked in (("Before RL", before), ("After RL", after)):
         if picked:
-            lines += ["", f"{title} (held-out, seed {main.seed}, step {picked[0]['step']}):",
+            lines += ["", f"{title} (held-out, {main.tag}, step {picked[0]['step']}):",
                       ""]
             lines += "\n\n".join(_transcript_block(t) for t in picked).split("\n")
-    lines += ["", "Regenerate this section, the figure and docs/results/default_run.md: "
-              "`python tools/default_run_report.py RUN_DIR [RUN_DIR ...]`."]
+    again = "" if name == "default_run" else f"--name={name} --command=\"{command}\" "
+    lines += ["", f"Regenerate this section, the figure and docs/results/{name}.md: "
+              f"`python tools/default_run_report.py {again}RUN_DIR [RUN_DIR ...]`."]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def update_readme(readme: str, text: str) -> bool:
+def update_readme(readme: str, text: str, name: str = "default_run") -> bool:
+    begin, end = markers(name)
     with open(readme, encoding="utf-8") as f:
         old = f.read()
-    if BEGIN not in old or END not in old:
+    if begin not in old or end not in old:
         return False
-    head, rest = old.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    head, rest = old.split(begin, 1)
+    _, tail = rest.split(end, 1)
     with open(readme, "w", encoding="utf-8") as f:
-        f.write(f"{head}{BEGIN}\n{text}{END}{tail}")
+        f.write(f"{head}{begin}\n{text}{end}{tail}")
     return True
 
 
@@ -252,17 +291,19 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise app.UsageError("give one or more run directories, seed 0 first")
     runs = [Run(path) for path in argv[1:]]
-    out_dir = _OUT_DIR.value
-    plot(runs, os.path.join(out_dir, FIGURE))
-    with open(os.path.join(out_dir, SECTION), "w", encoding="utf-8") as f:
-        f.write(section(runs, FIGURE))
-    text = section(runs, os.path.join(out_dir, FIGURE))
-    print(f"wrote {os.path.join(out_dir, FIGURE)} and {os.path.join(out_dir, SECTION)}")
+    out_dir, name, command = _OUT_DIR.value, _NAME.value, _COMMAND.value
+    figure, doc = f"{name}.png", f"{name}.md"
+    plot(runs, os.path.join(out_dir, figure), _TITLE.value)
+    with open(os.path.join(out_dir, doc), "w", encoding="utf-8") as f:
+        f.write(section(runs, figure, command, name))
+    text = section(runs, os.path.join(out_dir, figure), command, name)
+    print(f"wrote {os.path.join(out_dir, figure)} and {os.path.join(out_dir, doc)}")
     if _README.value:
-        if update_readme(_README.value, text):
+        if update_readme(_README.value, text, name):
             print(f"updated {_README.value}")
         else:
-            print(f"{_README.value}: no {BEGIN} ... {END} markers; left as it is")
+            begin, end = markers(name)
+            print(f"{_README.value}: no {begin} ... {end} markers; left as it is")
 
 
 if __name__ == "__main__":

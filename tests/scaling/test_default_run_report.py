@@ -106,3 +106,36 @@ def test_report_says_when_the_warm_start_was_loaded(tmp_path):
     assert ("the package holds this recipe's result for seed 0, and the run loaded it; "
             "training it took 13 min 18 s") in section
     assert "warmstart.shipped=False" in section
+
+
+def test_another_recipe_gets_its_own_files_markers_and_run_labels(tmp_path):
+    # A one-stage GRPO recipe, full fine-tuning beside LoRA: the real model's section.
+    _fake_run(tmp_path / "full", 0, 0.9)
+    _fake_run(tmp_path / "lora", 0, 0.8)
+    for name, rank in (("full", 0), ("lora", 16)):
+        path = tmp_path / name / "config.json"
+        record = json.loads(path.read_text())
+        record["config"]["rl"]["algorithm"] = "grpo"
+        record["config"]["model"] = {"lora_rank": rank}
+        record["config"]["data"].update(stages=["arithmetic"], kinds=["product", "power"],
+                                        max_difficulty=1.0)
+        path.write_text(json.dumps(record))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- default-run:begin -->\nkept\n<!-- default-run:end -->\n"
+                      "<!-- smollm2-rl:begin -->\nold\n<!-- smollm2-rl:end -->\n")
+    out = tmp_path / "results"
+    command = "python -m agentic_jax.train --config=configs/math_ppo.py:smollm2-135m-rl"
+    subprocess.run([sys.executable, str(_REPO / "tools" / "default_run_report.py"),
+                    str(tmp_path / "full"), str(tmp_path / "lora"), f"--out_dir={out}",
+                    f"--readme={readme}", "--name=smollm2_rl", f"--command={command}",
+                    "--title=SmolLM2"], check=True, capture_output=True, cwd=_REPO)
+    assert (out / "smollm2_rl.png").exists() and not (out / "default_run.png").exists()
+    section = (out / "smollm2_rl.md").read_text()
+    assert section.startswith(f"`{command}` on 2 CPU cores, runs seed 0; seed 0, LoRA r=16.")
+    assert "then 6 GRPO steps of 32 prompts x 4 samples on product, power (arithmetic, " \
+           "difficulty up to 100% of its range)." in section
+    assert "| held-out (greedy) | seed 0: warm start | seed 0: after RL | seed 0, LoRA r=16: " \
+           "warm start | seed 0, LoRA r=16: after RL |" in section
+    assert "--name=smollm2_rl" in section
+    text = readme.read_text()
+    assert "kept" in text and "\nold\n" not in text and "](" + str(out) + "/smollm2_rl.png)" in text
