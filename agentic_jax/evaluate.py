@@ -90,8 +90,8 @@ def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
 def _with_problems(policy, load):
     """``policy`` with the problems ``load(cfg)`` gives (only those evaluated), their prompts
     checked (`ConfigError` when one does not fit ``training.max_length``)."""
-    from agentic_jax.rl.builders import Policy
-    from agentic_jax.rl.problems import check_prompts
+    from agentic_jax.training.builders import Policy
+    from agentic_jax.training.problems import check_prompts
 
     try:
         problems = load(policy.cfg)
@@ -112,8 +112,8 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     Builds only the policy (no optimizer, no training state), reads only its parameters and
     loads only the split it evaluates.
     """
-    from agentic_jax.rl.evaluation import eval_config, evaluate
-    from agentic_jax.rl.problems import Problems, load_problems
+    from agentic_jax.evaluation.held_out import eval_config, evaluate
+    from agentic_jax.training.problems import Problems, load_problems
     from agentic_jax.utils import write_json
 
     def load(cfg) -> Problems:
@@ -146,8 +146,8 @@ def evaluate_checkpoint_on_benchmarks(
     """The newest checkpoint of ``workdir`` on ``benchmarks`` ("name=PATH,..."), with the
     tool loop; writes ``workdir/eval/`` and returns {name: result} (each with the
     checkpoint's ``step``). Unset settings take the run's ``eval.*`` values."""
-    from agentic_jax.rl.benchmark_eval import run_benchmarks
-    from agentic_jax.rl.problems import Problems, benchmark_problems
+    from agentic_jax.evaluation.benchmarks import run_benchmarks
+    from agentic_jax.training.problems import Problems, benchmark_problems
 
     if not benchmarks:
         raise UserError("--benchmarks: expected name=PATH,..., got ''")

@@ -47,9 +47,9 @@ def main(argv: list[str]) -> int:
     try:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)
-        from agentic_jax.rl import rundir
-        from agentic_jax.rl.model_defaults import with_model_defaults
-        from agentic_jax.rl.run import train  # after the runtime is initialised
+        from agentic_jax.training import rundir
+        from agentic_jax.training.model_defaults import with_model_defaults
+        from agentic_jax.training.run import train  # after the runtime is initialised
 
         overrides = (config_flags.get_override_values(flags.FLAGS["config"])
                      if _CONFIG.value is not None else {})

@@ -30,7 +30,7 @@ Variants (the string after ``:``):
   qwen2.5-7b    the same at 7B.
 
 Every value can be overridden from the command line, e.g. ``--config.training.lr=1e-5``. Each
-group feeds one typed config of the same field names (`agentic_jax.rl.config`), which checks the
+group feeds one typed config of the same field names (`agentic_jax.config`), which checks the
 values and reports a bad one as one line naming the field.
 """
 
@@ -150,8 +150,8 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.decode_steps = 32  # decode steps per device round trip
     c.rollout.prefill_chunk = 256  # prompt tokens one sequence prefills per engine step
     c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
-    # Rollouts overlapping the update (agentic_jax.rl.async_rollouts): sync | one_step_off (the
-    # next step's rollout runs during the update, weights switch between rollouts) |
+    # Rollouts overlapping the update (agentic_jax.training.async_rollouts): sync | one_step_off
+    # (the next step's rollout runs during the update, weights switch between rollouts) |
     # fully_async (a producer runs up to max_staleness steps ahead; new weights reach it at once
     # and in-flight episodes continue with them or are aborted and restarted: rollout.partial).
     c.rl.async_mode = "sync"
@@ -162,7 +162,7 @@ def _default() -> ml_collections.ConfigDict:
     # tokens with w outside [1/is_mask, is_mask] (0: off). auto: token with is_cap 2 (unless set)
     # when the sampler's policy can differ from the trainer's (rl.async_mode other than sync with
     # rollout.max_staleness > 0, or model.dtype below float32), else none
-    # (agentic_jax.rl.config.resolve_off_policy); the run prints and records what it chose.
+    # (agentic_jax.config.resolve_off_policy); the run prints and records what it chose.
     c.rl.is_level = "auto"
     c.rl.is_cap = 0.0
     c.rl.is_mask = 0.0
@@ -213,9 +213,9 @@ def _default() -> ml_collections.ConfigDict:
     c.warmstart.batch_size = 16
     c.warmstart.lr = 3e-3
     c.warmstart.tool_fraction = 0.3
-    # The package holds this recipe's result for seeds 0 and 1 (rl/assets/warmstart, written by
-    # tools/build_warmstart.py): a run whose warm-start recipe is exactly one of them loads it
-    # instead of training it again. False: always train.
+    # The package holds this recipe's result for seeds 0 and 1 (training/assets/warmstart,
+    # written by tools/build_warmstart.py): a run whose warm-start recipe is exactly one of them
+    # loads it instead of training it again. False: always train.
     c.warmstart.shipped = True
 
     c.mesh = ml_collections.ConfigDict()

@@ -5,11 +5,12 @@ r"""What a config's warm start does to a pretrained model, and what it costs.
         [--rl_steps=2 --config.training.batch_size=4] --out=warmstart.json
 
 Builds the config's run and evaluates its held-out problems with tools, greedy and at
-temperature 1 (``--samples`` episodes a problem); trains the warm start (`rl.warmstart.
-warm_start`, timed) and evaluates again; then, with ``--rl_steps``, takes that many RL steps
-from the warm-started policy (`rl.run.rl_step`) and reports each one's reward mean and std: a
-step whose rewards are all equal gives RL nothing to learn from. The float32 matmul rate
-(bench_train_step.time_matmul) is measured at the start and printed beside the wall times.
+temperature 1 (``--samples`` episodes a problem); trains the warm start
+(`training.warmstart.warm_start`, timed) and evaluates again; then, with ``--rl_steps``, takes
+that many RL steps from the warm-started policy (`training.run.rl_step`) and reports each one's
+reward mean and std: a step whose rewards are all equal gives RL nothing to learn from. The
+float32 matmul rate (bench_train_step.time_matmul) is measured at the start and printed beside
+the wall times.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ STEP_KEYS = ("reward", "reward_std", "accuracy", "code_use_rate", "response_leng
 
 def evaluate_policy(policy, samples: int) -> dict[str, dict[str, float]]:
     """Held-out results with tools: greedy, and ``samples`` episodes a problem at T=1."""
-    from agentic_jax.rl.evaluation import EvalConfig, evaluate
+    from agentic_jax.evaluation.held_out import EvalConfig, evaluate
 
     out = {}
     for name, cfg in (("greedy", EvalConfig(temperature=0.0)),
@@ -64,11 +65,11 @@ def main(argv: list[str]) -> int:
     import jax.numpy as jnp
     from bench_train_step import time_matmul  # tools/ is the script's directory
 
+    from agentic_jax.config import read_config
     from agentic_jax.rl import state as state_lib
-    from agentic_jax.rl.builders import build_run, publish
-    from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.run import rl_step
-    from agentic_jax.rl.warmstart import warm_start
+    from agentic_jax.training.builders import build_run, publish
+    from agentic_jax.training.run import rl_step
+    from agentic_jax.training.warmstart import warm_start
 
     size = 2048
     gflops = 2 * size**3 / time_matmul(size, jnp.float32).wall / 1e9

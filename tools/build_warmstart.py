@@ -1,9 +1,9 @@
-r"""Saves the warm start of a config's recipe where runs find it (`agentic_jax.rl.warmstart`).
+r"""Saves the warm start of a config's recipe where runs find it (`agentic_jax.training.warmstart`).
 
     python tools/build_warmstart.py --config=configs/math_ppo.py \
-        --out=agentic_jax/rl/assets/warmstart/seed0
+        --out=agentic_jax/training/assets/warmstart/seed0
     python tools/build_warmstart.py --config=configs/math_ppo.py --config.seed=1 \
-        --out=agentic_jax/rl/assets/warmstart/seed1
+        --out=agentic_jax/training/assets/warmstart/seed1
     python tools/build_warmstart.py --config=configs/math_ppo.py --from_run=RUN --out=DIR
 
 The first two train the warm start (about 13 minutes each on 2 CPU cores for the default
@@ -31,7 +31,7 @@ _FROM_RUN = flags.DEFINE_string("from_run", None,
 
 def _from_run(run_dir: str, config_dict: dict, like, shardings):
     from agentic_jax.rl import state as state_lib
-    from agentic_jax.rl import warmstart
+    from agentic_jax.training import warmstart
 
     with open(os.path.join(run_dir, "config.json")) as f:
         recorded = json.load(f)["config"]
@@ -56,9 +56,9 @@ def main(argv: list[str]) -> int:
         print("usage: build_warmstart.py --config=CONFIG --out=DIR [--from_run=RUN]",
               file=sys.stderr)
         return 2
-    from agentic_jax.rl import warmstart
-    from agentic_jax.rl.builders import build_run
-    from agentic_jax.rl.config import read_config
+    from agentic_jax.config import read_config
+    from agentic_jax.training import warmstart
+    from agentic_jax.training.builders import build_run
 
     config = _CONFIG.value
     config.warmstart.shipped = False  # train (or read the run) even when a result exists

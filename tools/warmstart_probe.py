@@ -4,8 +4,8 @@ r"""How well a warm start has taught copying, measured along the way.
         [--config.warmstart.steps=2500 ...] [--pool=60000,20000] --out=probe.json
     python tools/warmstart_probe.py --config=configs/math_ppo.py --init_from=RUN --out=probe.json
 
-Trains the config's warm start (as `rl.warmstart.warm_start` does; no RL) and, after each step
-in ``--evals`` and the last, scores the held-out problems' reference responses teacher-forced:
+Trains the config's warm start (as `training.warmstart.warm_start` does; no RL) and, after each
+step in ``--evals`` and the last, scores the held-out problems' reference responses teacher-forced:
 a problem counts when the greedy choice is right at every token of its code block ("code"), of
 the final answer read from the tool's output ("answer"), of both ("tool_ok"), and of the whole
 written-out response ("direct_ok"), overall and per kind. This is what greedy decoding would
@@ -119,10 +119,10 @@ def main(argv: list[str]) -> int:
 
         arithmetic, algebra = (int(x) for x in _POOL.value.split(","))
         curriculum.DEFAULT_SIZES.update(arithmetic=arithmetic, algebra=algebra)
+    from agentic_jax.config import read_config
     from agentic_jax.rl import state as state_lib
-    from agentic_jax.rl import warmstart as ws
-    from agentic_jax.rl.builders import build_run
-    from agentic_jax.rl.config import read_config
+    from agentic_jax.training import warmstart as ws
+    from agentic_jax.training.builders import build_run
 
     cfg = read_config(_CONFIG.value)
     run, state = build_run(cfg)

@@ -1,7 +1,13 @@
 """Evaluation on benchmarks: avg@k, unbiased pass@k, maj@k by grader-equivalence class,
 bootstrap 95% intervals, per-subject / per-level breakdowns, and the result files
 (``DIR/eval/<name>.json``, transcripts, one markdown table and one PNG). No JAX here: the
-policy enters as a callable that samples responses."""
+policy enters as a callable that samples responses.
+
+The policy-sampling side lives in submodules that this package does not import (they need JAX
+and the run's policy; callers import them directly): `held_out` (the run's held-out problems:
+accuracy with and without tools, pass@k, code use, per stage; `sample_episodes`) and
+`benchmarks` (the published policy's episodes as the `Sample`s scored here, for the evaluate
+command and for ``eval.*`` during training)."""
 
 from agentic_jax.evaluation.metrics import (
     ProblemScore,

@@ -10,9 +10,9 @@ from typing import Any
 
 import ml_collections
 
+from agentic_jax.config import RunConfig
 from agentic_jax.errors import UserError
 from agentic_jax.inference.policy import InferencePolicy, build_inference, publish
-from agentic_jax.rl.config import RunConfig
 
 
 def open_run(config: ml_collections.ConfigDict | None = None, workdir: str | None = None,
@@ -30,8 +30,8 @@ def run_config(config: ml_collections.ConfigDict | None, workdir: str | None,
     """The settings `open_run` builds with: the run's, without its periodic held-out evaluation
     (never run here) and sampling on the trainer's devices (nothing trains here for a sampler
     of its own to overlap with). FileNotFoundError: ``workdir`` has no checkpoints."""
-    from agentic_jax.rl import rundir
-    from agentic_jax.rl.config import read_config
+    from agentic_jax.config import read_config
+    from agentic_jax.training import rundir
 
     if workdir:
         if not has_checkpoints(workdir):
@@ -41,7 +41,7 @@ def run_config(config: ml_collections.ConfigDict | None, workdir: str | None,
     elif config is None:
         raise UserError("--workdir or --config: expected a run directory or a config")
     else:
-        from agentic_jax.rl.model_defaults import with_model_defaults
+        from agentic_jax.training.model_defaults import with_model_defaults
 
         config, chosen = with_model_defaults(config, overrides or {})
         for line in chosen:

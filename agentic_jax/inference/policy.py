@@ -2,8 +2,8 @@
 prompt template, sandbox and tool settings. What sampling and grading need; nothing of a run's
 training data.
 
-Only `agentic_jax.rl.config.read_config` reads the config; everything here takes its typed
-record. Training builds the same pieces and adds its problems (`agentic_jax.rl.builders`).
+Only `agentic_jax.config.read_config` reads the config; everything here takes its typed
+record. Training builds the same pieces and adds its problems (`agentic_jax.training.builders`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agentic_jax.inference.prompts import chat_prompt, encode_prompt
 from agentic_jax.parallel import (
     Placement, create_sharded_model, make_mesh, param_shardings, per_host_copy, split_devices)
 from agentic_jax.parallel.placement import copy_across
-from agentic_jax.rl.config import ConfigError, RunConfig
+from agentic_jax.config import ConfigError, RunConfig
 from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
 from agentic_jax.rollout.engine import Engine
 from agentic_jax.rollout.environment import Tool, build_tools

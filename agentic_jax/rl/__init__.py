@@ -1,4 +1,6 @@
-"""RL math and the compiled update: advantage estimators, losses, filters, optimizer, train step."""
+"""RL math and the compiled update: advantage estimators, losses, filters, optimizer, train step,
+and the train batch built from graded episodes (`experience`). The run that drives them is
+`agentic_jax.training`; its config is read by `agentic_jax.config`."""
 
 from agentic_jax.rl.advantages import (
     ADVANTAGE_ESTIMATORS,

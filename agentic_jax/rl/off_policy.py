@@ -37,7 +37,7 @@ IS_LEVELS = ("none", "token", "sequence")
 @dataclasses.dataclass(frozen=True)
 class OffPolicyConfig:
     """is_level: one of IS_LEVELS ("none": no weights, the loss as without correction; a run's
-    config may also say "auto", which `agentic_jax.rl.config.resolve_off_policy` turns into one
+    config may also say "auto", which `agentic_jax.config.resolve_off_policy` turns into one
     of these). is_cap: C >= 1 truncates the weights at C (0: uncapped). is_mask: tau > 1 drops the policy
     loss of tokens (or rows) whose weight lies outside [1/tau, tau] (0: off)."""
 

@@ -101,7 +101,8 @@ class WorkerStats:
 
 
 class RolloutWorker:
-    """The thread that runs every rollout of ``policy`` (an `agentic_jax.rl.builders.Policy`)."""
+    """The thread that runs every rollout of ``policy`` (a
+    `agentic_jax.training.builders.Policy`)."""
 
     def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
         self.policy, self.limits = policy, limits

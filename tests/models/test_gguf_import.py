@@ -126,7 +126,7 @@ def test_builtin_checkpoint_is_found_in_its_package_or_named_with_its_install(ti
 
 
 def test_a_gguf_model_path_is_a_run_config(tiny, monkeypatch):
-    from agentic_jax.rl.config import ConfigError, read_config
+    from agentic_jax.config import ConfigError, read_config
     from configs import math_ppo
 
     path, _, directory = tiny

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from agentic_jax.rl.run import train
+from agentic_jax.training.run import train
 from tests.train.train_testing import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

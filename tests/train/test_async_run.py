@@ -10,8 +10,8 @@ import os
 import pytest
 from train_testing import comparable, tiny_config
 
-from agentic_jax.rl import run as run_lib
-from agentic_jax.rl.run import train
+from agentic_jax.training import run as run_lib
+from agentic_jax.training.run import train
 from agentic_jax.utils import read_metrics
 
 pytestmark = pytest.mark.slow  # several training runs

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from train_testing import tiny_config
 
-from agentic_jax.rl import evaluation
-from agentic_jax.rl.builders import build_policy
-from agentic_jax.rl.problems import load_problems
-from agentic_jax.rl.config import read_config
-from agentic_jax.rl.episode_gather import pack_episodes, unpack_episodes
-from agentic_jax.rl.run import train
+from agentic_jax.evaluation import held_out
+from agentic_jax.training.builders import build_policy
+from agentic_jax.training.problems import load_problems
+from agentic_jax.config import read_config
+from agentic_jax.training.episode_gather import pack_episodes, unpack_episodes
+from agentic_jax.training.run import train
 from agentic_jax.rollout import SamplingParams
 
 # Whole training runs: part of the slow suite (pytest -m slow).
@@ -174,7 +174,7 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
     sampling = SamplingParams(temperature=1.0, top_p=0.9)
 
     def sample(batch_size):
-        return evaluation.sample_episodes(policy, problems, num_samples=2, tools=True,
+        return held_out.sample_episodes(policy, problems, num_samples=2, tools=True,
                                           sampling=sampling, batch_size=batch_size)
 
     whole = [_sampled(e) for e in sample(4)]
@@ -190,9 +190,9 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
         return episodes
 
     for host in (0, 1):
-        monkeypatch.setattr(evaluation, "process_slice",
+        monkeypatch.setattr(held_out, "process_slice",
                             lambda n, host=host: distributed.process_slice(n, host, 2))
-        monkeypatch.setattr(evaluation, "gather_episodes", gather_as_host)
+        monkeypatch.setattr(held_out, "gather_episodes", gather_as_host)
         sample(3)
     joined = {name: {key: np.concatenate([p[name][key] for p in packs]) for key in packs[0][name]}
               for name in packs[0]}
@@ -204,7 +204,7 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
 
 
 def test_a_config_recorded_before_the_eval_group_is_one_clear_error():
-    from agentic_jax.rl.config import ConfigError
+    from agentic_jax.config import ConfigError
 
     config = tiny_config()
     del config["eval"]

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from train_testing import tiny_config
 
+from agentic_jax.config import read_config
+from agentic_jax.evaluation import held_out
 from agentic_jax.parallel import distributed
-from agentic_jax.rl import evaluation
-from agentic_jax.rl.builders import build_policy
-from agentic_jax.rl.config import read_config
+from agentic_jax.training.builders import build_policy
 
 K = 2
 
@@ -20,8 +20,8 @@ def policy():
 
 
 def _evaluate(policy, problems, batch_size, **kwargs):
-    cfg = evaluation.EvalConfig(batch_size=batch_size, temperature=1.0, num_samples=K)
-    return evaluation.evaluate(policy, problems, tools=True, cfg=cfg, **kwargs)
+    cfg = held_out.EvalConfig(batch_size=batch_size, temperature=1.0, num_samples=K)
+    return held_out.evaluate(policy, problems, tools=True, cfg=cfg, **kwargs)
 
 
 def test_sampled_evaluation_is_the_same_in_chunks_and_in_shares(policy, monkeypatch):
@@ -42,16 +42,16 @@ def test_sampled_evaluation_is_the_same_in_chunks_and_in_shares(policy, monkeypa
         return {k: np.concatenate([t[k] for t in tables]) for k in table}
 
     for host in (0, 1):
-        monkeypatch.setattr(evaluation, "process_slice",
+        monkeypatch.setattr(held_out, "process_slice",
                             lambda n, host=host: distributed.process_slice(n, host, 2))
-        monkeypatch.setattr(evaluation, "gather_rows", gather_as_host)
+        monkeypatch.setattr(held_out, "gather_rows", gather_as_host)
         result = _evaluate(policy, problems, batch_size=3)
     assert result == whole
 
 
 def test_run_settings_are_one_training_step_per_agent_call(policy):
     # pass@k samples at temperature 1 even though rollout.eval_temperature is greedy.
-    cfg = evaluation.eval_config(policy, num_samples=K)
+    cfg = held_out.eval_config(policy, num_samples=K)
     assert cfg.temperature == 0.0 and cfg.num_samples == K
-    default = evaluation.evaluate(policy, tools=True, cfg=cfg)
+    default = held_out.evaluate(policy, tools=True, cfg=cfg)
     assert default == _evaluate(policy, policy.problems.test, batch_size=cfg.batch_size)

@@ -9,9 +9,9 @@ import pytest
 from flax import nnx
 
 from agentic_jax.rl import state as state_lib
-from agentic_jax.rl.builders import build_run, publish
-from agentic_jax.rl.config import read_config
-from agentic_jax.rl.run import train
+from agentic_jax.training.builders import build_run, publish
+from agentic_jax.config import read_config
+from agentic_jax.training.run import train
 from agentic_jax.rl.shardings import params_and_rest
 from agentic_jax.utils import Checkpointer, read_metrics
 from train_testing import comparable, tiny_config

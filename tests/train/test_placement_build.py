@@ -4,8 +4,8 @@ import jax
 import pytest
 from train_testing import tiny_config
 
-from agentic_jax.rl.builders import build_policy, publish
-from agentic_jax.rl.config import read_config
+from agentic_jax.config import read_config
+from agentic_jax.training.builders import build_policy, publish
 
 
 def _devices(tree):

@@ -20,10 +20,10 @@ from flax import nnx
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
 from agentic_jax.inference import encode_prompt
 from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
-from agentic_jax.rl import builders
-from agentic_jax.rl.problems import load_problems
-from agentic_jax.rl.config import read_config
-from agentic_jax.rl.run import train
+from agentic_jax.training import builders
+from agentic_jax.training.problems import load_problems
+from agentic_jax.config import read_config
+from agentic_jax.training.run import train
 from agentic_jax.utils import read_metrics
 from configs import math_ppo
 from tests.models.hf_testing import randomise
@@ -78,7 +78,7 @@ def hf_dir(tmp_path_factory):
 
 def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
         hf_dir, tmp_path, capsys, monkeypatch):
-    from agentic_jax.rl import run as run_lib
+    from agentic_jax.training import run as run_lib
 
     monkeypatch.setattr(run_lib, "UNIFORM_REWARD_STEPS", 2)
     # A warm start too small to change what the model says: the run takes it, as it would
@@ -123,7 +123,7 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
 @pytest.mark.parametrize("lora_rank", [0, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_warm_start_of_a_chat_model_lowers_its_loss(tmp_path_factory, lora_rank):
     from agentic_jax.rl.shardings import params_and_rest
-    from agentic_jax.rl.warmstart import example_format, warm_start
+    from agentic_jax.training.warmstart import example_format, warm_start
 
     source = _write_dir(tmp_path_factory.mktemp("qwen2_random"), head=None)
     config = tiny_config(**{"model.path": source, "data.template": "chat",
@@ -155,7 +155,7 @@ def test_a_warm_start_of_a_chat_model_lowers_its_loss(tmp_path_factory, lora_ran
 def test_the_real_smollm2_warm_start_ends_turns_with_im_end_and_lowers_its_loss():
     """The `:smollm2-135m-tools` recipe cut to 4 steps (a few minutes on 2 CPU cores)."""
     from agentic_jax.models.builtin import BUILTIN_CHECKPOINTS
-    from agentic_jax.rl.warmstart import example_format, warm_start
+    from agentic_jax.training.warmstart import example_format, warm_start
 
     try:
         BUILTIN_CHECKPOINTS["smollm2-135m"].locate()
@@ -221,7 +221,7 @@ def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
 
 
 def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_dir):
-    from agentic_jax.rl.model_defaults import with_model_defaults
+    from agentic_jax.training.model_defaults import with_model_defaults
 
     config = math_ppo.get_config()
     config.model.path = hf_dir
@@ -246,7 +246,7 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
 
 
 def test_the_tiny_model_and_pretrained_variants_keep_their_values(hf_dir):
-    from agentic_jax.rl.model_defaults import with_model_defaults
+    from agentic_jax.training.model_defaults import with_model_defaults
 
     tiny = math_ppo.get_config()
     assert with_model_defaults(tiny, {}) == (tiny, [])
@@ -256,7 +256,7 @@ def test_the_tiny_model_and_pretrained_variants_keep_their_values(hf_dir):
 
 
 def test_equal_rewards_count_as_flat_whatever_float_rounding_leaves():
-    from agentic_jax.rl.run import _all_equal
+    from agentic_jax.training.run import _all_equal
 
     rewards = np.full(64, -0.1, np.float32)  # a format penalty on every episode
     assert float(rewards.std()) > 0.0

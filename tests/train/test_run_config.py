@@ -7,10 +7,10 @@ import json
 import pytest
 from train_testing import tiny_config
 
+from agentic_jax.config import ConfigError, read_config
+from agentic_jax.config import groups as config_lib
 from agentic_jax.reward import RewardConfig
-from agentic_jax.rl import config_groups as config_lib
 from agentic_jax.rl.advantages import AdvantageConfig
-from agentic_jax.rl.config import ConfigError, read_config
 from agentic_jax.rl.filters import FilterConfig
 from agentic_jax.rl.losses import LossConfig
 from agentic_jax.rl.off_policy import OffPolicyConfig
@@ -119,7 +119,7 @@ def test_packing_needs_token_mean_aggregation():
 
 
 def test_rollout_devices_must_leave_the_trainer_a_device():
-    from agentic_jax.rl.builders import build_policy
+    from agentic_jax.training.builders import build_policy
 
     cfg = read_config(tiny_config(**{"mesh.rollout_devices": 8}))  # the tests have 8 devices
     with pytest.raises(ConfigError, match="^mesh.rollout_devices: expected fewer than the 8"):
@@ -143,7 +143,7 @@ def test_derived_library_fields():
 
 
 def test_a_run_directory_remembers_its_config(tmp_path):
-    from agentic_jax.rl import rundir
+    from agentic_jax.training import rundir
 
     recorded = math_ppo.get_config("smoke")
     recorded.data.template = "chat"
@@ -173,7 +173,7 @@ def test_a_run_directory_remembers_its_config(tmp_path):
 
 
 def test_no_record_and_no_config_is_an_error(tmp_path):
-    from agentic_jax.rl import rundir
+    from agentic_jax.training import rundir
 
     with pytest.raises(ConfigError, match="no config.json"):
         rundir.with_record(None, str(tmp_path), {})
@@ -195,7 +195,7 @@ def test_no_record_and_no_config_is_an_error(tmp_path):
     ({"rl.is_level": "token"}, "token", 0.0),
 ])
 def test_auto_off_policy_is_on_when_the_sampler_can_differ(overrides, level, cap):
-    from agentic_jax.rl.config import resolve_off_policy
+    from agentic_jax.config import resolve_off_policy
 
     config = tiny_config(**overrides)
     assert math_ppo.get_config().rl.is_level == "auto" == tiny_config().rl.is_level

@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from agentic_jax.rl import run as run_lib
+from agentic_jax.training import run as run_lib
 from agentic_jax.rl import state as state_lib
-from agentic_jax.rl.builders import build_run
-from agentic_jax.rl.config import read_config
-from agentic_jax.rl.run import train
-from agentic_jax.rl.update import TrainingDiverged
+from agentic_jax.training.builders import build_run
+from agentic_jax.config import read_config
+from agentic_jax.training.run import train
+from agentic_jax.training.update import TrainingDiverged
 from agentic_jax.utils import Checkpointer
 from agentic_jax.utils import read_metrics
 from train_testing import comparable, tiny_config
@@ -137,9 +137,9 @@ def test_evaluate_a_config_before_any_training(full_run, tmp_path):
         evaluate_checkpoint(None, str(tmp_path / "empty"))
 
 
-@pytest.mark.slow  # tests/rl/test_grading.py runs verify mode on the sandbox by default
+@pytest.mark.slow  # tests/train/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
-    import agentic_jax.rl.rollouts as rollouts_lib
+    import agentic_jax.training.rollouts as rollouts_lib
 
     real, calls = rollouts_lib.grade_batch, []
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_jax.rl import warmstart
-from agentic_jax.rl.builders import build_run
-from agentic_jax.rl.config import read_config
+from agentic_jax.config import read_config
+from agentic_jax.training import warmstart
+from agentic_jax.training.builders import build_run
 from configs.math_ppo import get_config
 
 

@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from agentic_jax.rl.builders import Run
 from agentic_jax.rl.experience import make_experience, minibatches
 from agentic_jax.rl.state import TrainState, reference_state
 from agentic_jax.rollout import Episode, RolloutBatch
+from agentic_jax.training.builders import Run
 
 logger = logging.getLogger(__name__)
 PACKED_ROW_BUCKET = 8

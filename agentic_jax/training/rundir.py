@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from agentic_jax.rl.config import ConfigError
+from agentic_jax.config import ConfigError
 from agentic_jax.utils import read_json, write_json
 
 CONFIG_FILE = "config.json"

@@ -6,10 +6,10 @@ fraction (``warmstart.tool_fraction``) of tool-using ones whose ```output blocks
 reference code really printed in the sandbox. Keeping that fraction small leaves the growth of
 code use to RL, which is the phenomenon under study.
 
-Examples (`agentic_jax.rl.warmstart_data`) are tokenised piecewise, exactly as a rollout builds
-them: the prompt in the run's template, the policy's text, then the tool output block (loss_mask
-0, as in RL), then the policy's final answer; a pretrained model's end with its end-of-turn
-token (`example_format`). The update is the same compiled step as RL with a vanilla
+Examples (`agentic_jax.training.warmstart_data`) are tokenised piecewise, exactly as a rollout
+builds them: the prompt in the run's template, the policy's text, then the tool output block
+(loss_mask 0, as in RL), then the policy's final answer; a pretrained model's end with its
+end-of-turn token (`example_format`). The update is the same compiled step as RL with a vanilla
 policy-gradient loss and advantage 1, i.e. token-mean cross-entropy on the policy's tokens; with
 LoRA (``model.lora_rank``) only the adapters train, as in RL.
 
@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agentic_jax.data import prompts as fmt
-from agentic_jax.rl.warmstart_data import ExampleFormat, batches, build_examples, pack_batch
+from agentic_jax.training.warmstart_data import ExampleFormat, batches, build_examples, pack_batch
 from agentic_jax.utils import round_up
 
 logger = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ import numpy as np
 from agentic_jax.data import Problem
 from agentic_jax.parallel import gather_rows, process_slice
 from agentic_jax.reward import RewardConfig, grade_batch
-from agentic_jax.rl.builders import Policy, Run
-from agentic_jax.rl.dynamic_sampling import Draw, collect_in_band
-from agentic_jax.rl.metrics import episode_table
 from agentic_jax.rollout import Episode, RowSpec, ToolController
 from agentic_jax.rollout.agent import WeightFeed
+from agentic_jax.training.builders import Policy, Run
+from agentic_jax.training.dynamic_sampling import Draw, collect_in_band
+from agentic_jax.training.metrics import episode_table
 
 
 class Experience(NamedTuple):

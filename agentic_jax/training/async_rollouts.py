@@ -45,9 +45,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_jax.rl.builders import Policy, Run, sampler_weights
-from agentic_jax.rl.rollouts import Experience, collect
 from agentic_jax.rollout import Episode
+from agentic_jax.training.builders import Policy, Run, sampler_weights
+from agentic_jax.training.rollouts import Experience, collect
 
 
 def start(run: Run, first_step: int, total_steps: int,

@@ -10,10 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from agentic_jax.rl import async_rollouts
-from agentic_jax.rl.async_rollouts import RolloutPipeline, staleness_metrics
-from agentic_jax.rl.rollouts import Experience
 from agentic_jax.rollout import Episode
+from agentic_jax.training import async_rollouts
+from agentic_jax.training.async_rollouts import RolloutPipeline, staleness_metrics
+from agentic_jax.training.rollouts import Experience
 
 
 class FakeEngine:

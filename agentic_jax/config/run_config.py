@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 import ml_collections
 
 from agentic_jax.errors import UserError
-from agentic_jax.rl.config_groups import (
+from agentic_jax.config.groups import (
     BenchmarkEvalConfig, CheckpointConfig, DataConfig, EnvironmentConfig, LoggingConfig,
     ModelSpec, RLConfig, StalenessConfig, TrainingConfig, WarmStartConfig)
 

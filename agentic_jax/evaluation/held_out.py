@@ -15,11 +15,11 @@ from agentic_jax.errors import UserError
 from agentic_jax.evaluation import pass_at_k
 from agentic_jax.parallel import gather_rows, process_slice
 from agentic_jax.reward import RewardConfig
-from agentic_jax.rl.builders import Policy
-from agentic_jax.rl.episode_gather import gather_episodes
-from agentic_jax.rl.metrics import episode_table, summarize
-from agentic_jax.rl.rollouts import grade, row_specs
 from agentic_jax.rollout import Episode, SamplingParams, ToolController
+from agentic_jax.training.builders import Policy
+from agentic_jax.training.episode_gather import gather_episodes
+from agentic_jax.training.metrics import episode_summary, episode_table
+from agentic_jax.training.rollouts import grade, row_specs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools
     grade(episodes, jobs, RewardConfig(use_verification=policy.cfg.reward.use_verification),
           sandbox=policy.sandbox)
     table = gather_rows(episode_table(episodes, policy.problems.stages))
-    out = summarize(table, policy.problems.stages, per_stage=True)
+    out = episode_summary(table, policy.problems.stages, per_stage=True)
     out["num_problems"] = float(len(table["correct"]) // k)
     if k > 1 and len(table["correct"]):
         out.update(pass_rates(table["correct"], k))

@@ -8,12 +8,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from agentic_jax.config import ConfigError, RunConfig
 from agentic_jax.data import Problem
 from agentic_jax.data.benchmarks import load_benchmarks
 from agentic_jax.data.decontaminate import contamination_report, decontaminate
 from agentic_jax.data.sources import load_source
 from agentic_jax.inference.prompts import encode_prompt  # noqa: F401  (the run's prompts)
-from agentic_jax.rl.config import ConfigError, RunConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The run loop's own typed config records, one per config group (field names = the group's
-keys); `agentic_jax.rl.config.read_config` builds them. Each checks its values in
+keys); `agentic_jax.config.read_config` builds them. Each checks its values in
 ``__post_init__`` with errors that start with the field's name."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class TrainingConfig:
 class ModelSpec:
     """``model.*``: which model (a preset, or a local Hugging Face directory) and its numerics.
 
-    ``path`` is the Hugging Face directory the model loads from (`rl.config` resolves a
+    ``path`` is the Hugging Face directory the model loads from (`config.run_config` resolves a
     ``.gguf`` file or a built-in checkpoint preset to its cached conversion)."""
 
     preset: str
@@ -100,7 +100,7 @@ class ModelSpec:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                      "up_proj", "down_proj")
     # A pretrained model takes the pretrained defaults for keys the command line leaves
-    # (`agentic_jax.rl.model_defaults`), leaving response_tokens after the longest prompt.
+    # (`agentic_jax.training.model_defaults`), leaving response_tokens after the longest prompt.
     auto_defaults: bool = False
     response_tokens: int = 512
 
@@ -144,7 +144,7 @@ class RLConfig:
     kl_estimator: str
     kl_in_reward: bool
     reward_check: str
-    # How rollouts overlap the update (`agentic_jax.rl.async_rollouts`); one of ASYNC_MODES.
+    # How rollouts overlap the update (`agentic_jax.training.async_rollouts`); one of ASYNC_MODES.
     async_mode: str = "sync"
     # Dynamic sampling: only prompt groups whose accuracy lies in [low, high] train; more are
     # drawn until the batch is full, at most max_oversample x training.batch_size prompts.
@@ -325,7 +325,7 @@ class EnvironmentConfig:
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
     """``warmstart.*``: supervised steps on reference solutions before RL. ``shipped``: load the
-    packaged result of this exact recipe where there is one (`rl.warmstart.find_shipped`)
+    packaged result of this exact recipe where there is one (`training.warmstart.find_shipped`)
     instead of training it again."""
 
     enabled: bool

@@ -6,8 +6,8 @@ import types
 import jax
 import numpy as np
 
-from agentic_jax.rl.dynamic_sampling import Draw, choose_groups, collect_in_band
 from agentic_jax.rollout import Episode
+from agentic_jax.training.dynamic_sampling import Draw, choose_groups, collect_in_band
 
 GROUP = 2
 

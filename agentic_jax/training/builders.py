@@ -1,7 +1,7 @@
 """Building a run once from its config: the frozen records of components training and
 evaluation on problems use (`Policy`, `Run`), and the initial `TrainState`.
 
-Only `agentic_jax.rl.config.read_config` reads the config; everything here takes its typed
+Only `agentic_jax.config.read_config` reads the config; everything here takes its typed
 records. A `Policy` is the inference policy (`agentic_jax.inference`: model, tokenizer, rollout
 engine, sandbox) with the run's problems; training adds the optimizer, the compiled step and
 the host-side scheduler and tool controller.
@@ -20,20 +20,20 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from agentic_jax.config import ConfigError, RunConfig
 from agentic_jax.data import Problem
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.inference.policy import (  # noqa: F401  (publish, sampler_weights: the run's)
     InferencePolicy, build_inference, publish, run_tokenizer, sampler_weights)
 from agentic_jax.parallel import batch_sharding
-from agentic_jax.rl.config import ConfigError, RunConfig
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
-from agentic_jax.rl.problems import Problems, check_prompts, load_problems
-from agentic_jax.rl.state import TrainState, root_rng
 from agentic_jax.rl.shardings import (
     TrainShardings, has_adapters, init_opt_state, train_shardings)
+from agentic_jax.rl.state import TrainState, root_rng
 from agentic_jax.rl.step import make_train_step
 from agentic_jax.rollout import ToolController
+from agentic_jax.training.problems import Problems, check_prompts, load_problems
 
 logger = logging.getLogger(__name__)
 

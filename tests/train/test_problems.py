@@ -1,7 +1,7 @@
 """The held-out set of a run over several stages."""
 
 from agentic_jax.data.problem import Problem
-from agentic_jax.rl.problems import held_out
+from agentic_jax.training.problems import held_out
 
 
 def _problems(stage: str, n: int) -> list[Problem]:
@@ -29,8 +29,8 @@ def test_stages_take_turns_and_a_short_stage_leaves_its_share_to_the_rest():
 def test_eval_limit_keeps_the_first_problems_of_each_benchmark(tmp_path):
     import json
 
-    from agentic_jax.rl.config import read_config
-    from agentic_jax.rl.problems import load_problems
+    from agentic_jax.config import read_config
+    from agentic_jax.training.problems import load_problems
     from configs import math_ppo
 
     path = tmp_path / "gsm8k.jsonl"

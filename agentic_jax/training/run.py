@@ -23,19 +23,18 @@ import numpy as np
 import ml_collections
 from tqdm.auto import tqdm
 
+from agentic_jax.config import read_config, resolve_off_policy
+from agentic_jax.evaluation.benchmarks import evaluate_in_training
+from agentic_jax.evaluation.held_out import evaluate
 from agentic_jax.parallel import agree, is_main_process
-from agentic_jax.rl import async_rollouts, rundir
 from agentic_jax.rl import state as state_lib
-from agentic_jax.rl import transcripts
-from agentic_jax.rl.benchmark_eval import evaluate_in_training
-from agentic_jax.rl.builders import Run, build_run, publish
-from agentic_jax.rl.config import read_config, resolve_off_policy
-from agentic_jax.rl.evaluation import evaluate
-from agentic_jax.rl.metrics import summarize
-from agentic_jax.rl.rollouts import collect
 from agentic_jax.rl.state import HostState, TrainState
-from agentic_jax.rl.update import update
-from agentic_jax.rl.warmstart import warm_start
+from agentic_jax.training import async_rollouts, rundir, transcripts
+from agentic_jax.training.builders import Run, build_run, publish
+from agentic_jax.training.metrics import episode_summary
+from agentic_jax.training.rollouts import collect
+from agentic_jax.training.update import update
+from agentic_jax.training.warmstart import warm_start
 from agentic_jax.utils import Checkpointer, MetricsWriter, read_json, read_metrics, write_json
 from agentic_jax.utils.timing import PhaseTimer
 
@@ -72,7 +71,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
             # The values recorded are the ones this run trains with: a rerun must not apply
-            # pretrained defaults to them (`agentic_jax.rl.model_defaults`).
+            # pretrained defaults to them (`agentic_jax.training.model_defaults`).
             record = ml_collections.ConfigDict(config.to_dict())
             if "auto_defaults" in record.model:
                 record.model.auto_defaults = False
@@ -235,7 +234,7 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
             publish(run.policy, result.state.params, step)
         else:
             rollouts.publish(result.state.params, step)
-    metrics = summarize(experience.table, run.policy.problems.stages)
+    metrics = episode_summary(experience.table, run.policy.problems.stages)
     metrics.update(result.metrics)
     metrics["kl"] = result.metrics.get("kl_ref", result.metrics.get("approx_kl", 0.0))
     tokens = float(experience.table["sequence_length"].sum())

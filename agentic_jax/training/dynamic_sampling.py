@@ -18,8 +18,8 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from agentic_jax.rl.builders import Run
 from agentic_jax.rollout import Episode
+from agentic_jax.training.builders import Run
 
 
 class Draw(NamedTuple):

@@ -39,8 +39,8 @@ def episode_table(episodes: Sequence[Episode], stages: Sequence[str]) -> dict[st
     }
 
 
-def summarize(table: dict[str, np.ndarray], stages: Sequence[str], *,
-              per_stage: bool = False) -> dict[str, float]:
+def episode_summary(table: dict[str, np.ndarray], stages: Sequence[str], *,
+                    per_stage: bool = False) -> dict[str, float]:
     """Accuracy, reward, code use, tool statistics and lengths of an `episode_table`.
 
     Accuracy per stage is added when the table holds several stages, or always with
