@@ -157,6 +157,9 @@ def _default() -> ml_collections.ConfigDict:
     c.rl.async_mode = "sync"
     c.rollout.max_staleness = 1  # no update uses tokens more than this many versions old
     c.rollout.partial = "continue"  # continue | abort
+    # fully_async: the next step's prompt groups enter the engine as the tail of this step's
+    # rollout frees decode slots (False: each step's rollout waits for the previous one's end).
+    c.rollout.stream_steps = True
     # Off-policy correction (agentic_jax.rl.off_policy), w = pi_trainer / pi_sampler per token:
     # auto | none | token (decoupled PPO) | sequence; is_cap truncates w (0: off); is_mask drops
     # tokens with w outside [1/is_mask, is_mask] (0: off). auto: token with is_cap 2 (unless set)

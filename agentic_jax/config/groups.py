@@ -192,6 +192,10 @@ class StalenessConfig:
 
     max_staleness: int = 1
     partial: str = "continue"
+    # fully_async: the next step's episodes enter the engine as the tail of the steps in flight
+    # frees decode slots (`agentic_jax.training.stream`); False: a step's rollout starts after the
+    # previous one's last episode.
+    stream_steps: bool = True
 
     def __post_init__(self):
         from agentic_jax.rollout.agent import PARTIAL_MODES
@@ -199,6 +203,8 @@ class StalenessConfig:
         check(isinstance(self.max_staleness, int) and self.max_staleness >= 0,
               "max_staleness", "an integer >= 0", self.max_staleness)
         check(self.partial in PARTIAL_MODES, "partial", f"one of {PARTIAL_MODES}", self.partial)
+        check(isinstance(self.stream_steps, bool), "stream_steps", "True or False",
+              self.stream_steps)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,11 @@ starts from version t - 1. Every model token records the version that sampled it
     fully_async   the producer runs up to K = rollout.max_staleness steps ahead; new weights
                   reach the engine before its next step, in the middle of a rollout, and the
                   in-flight episodes continue with them (rollout.partial = "continue": earlier
-                  tokens keep their version and log-probs) or start again ("abort").
+                  tokens keep their version and log-probs) or start again ("abort"). With
+                  rollout.stream_steps the steps stream through one open tool loop
+                  (`agentic_jax.training.stream`): a step whose gate is open enters the engine's
+                  queue as soon as the steps in flight leave decode slots free, so the tail of
+                  one step's rollout overlaps the next one's.
 
 The bound. Step t's rollout starts only once the trainer has released version t - 1 - K (K is
 min(max_staleness, 1) for one_step_off) and versions only grow, so no token has staleness > K.
@@ -48,6 +52,7 @@ import numpy as np
 from agentic_jax.rollout import Episode
 from agentic_jax.training.builders import Policy, Run, sampler_weights
 from agentic_jax.training.rollouts import Experience, collect
+from agentic_jax.training.stream import StepStream
 
 
 def start(run: Run, first_step: int, total_steps: int,
@@ -79,6 +84,9 @@ class RolloutPipeline:
         self.run = run
         self.lag = min(bound, 1) if mode == "one_step_off" else bound
         self._mid_rollout = mode == "fully_async"
+        # Dynamic sampling draws rounds until a step's batch is full: its steps do not stream.
+        self._stream = (self._mid_rollout and run.cfg.staleness.stream_steps
+                        and not run.cfg.rl.dynamic_sampling)
         self._first, self._step_key, self._drains = first_step, step_key, drains
         self._cond = threading.Condition()
         self._released = first_step - 1
@@ -145,6 +153,9 @@ class RolloutPipeline:
 
     def _produce(self, first: int, total: int) -> None:
         try:
+            if self._stream:
+                self._produce_streaming(first, total)
+                return
             for step in range(first, total + 1):
                 with self._cond:
                     self._cond.wait_for(
@@ -165,6 +176,37 @@ class RolloutPipeline:
             with self._cond:
                 self._error, self._collecting_since = err, None
                 self._cond.notify_all()
+
+    def _produce_streaming(self, first: int, total: int) -> None:
+        """fully_async with rollout.stream_steps: every step whose gate is open enters one open
+        tool loop once it has free decode slots; completed steps are handed over in order."""
+        stream = StepStream(self.run, self._step_key)
+        try:
+            step = first
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed or stream.open or step > total
+                                        or self._released >= self.gate(step))
+                    if self._closed or (step > total and not stream.open):
+                        return
+                    if step <= total and stream.room and self._released >= self.gate(step):
+                        if not stream.open:
+                            self._apply_pending()
+                            self._collecting_since = time.perf_counter()
+                        stream.admit(step)
+                        step += 1
+                        continue  # another step may fit
+                done = stream.advance(self._poll)
+                with self._cond:
+                    self._ready.update(done)
+                    if not stream.open:
+                        self._busy.append((self._collecting_since, time.perf_counter()))
+                        self._collecting_since = None
+                        self._apply_pending()
+                    if done:
+                        self._cond.notify_all()
+        finally:
+            stream.close()
 
     def _poll(self) -> tuple[Any, int] | None:
         """The agent loop's weight feed (fully_async): new (weights, version) or None."""

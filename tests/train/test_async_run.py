@@ -45,7 +45,10 @@ def test_zero_staleness_is_the_synchronous_run(tmp_path):
         workdir = str(tmp_path / mode)
         train(_config(**{"rl.async_mode": mode, "rollout.max_staleness": 0}), workdir,
               progress=False)
-        assert [comparable(r) for r in _records(workdir)] == sync, mode
+        records = _records(workdir)
+        if mode == "fully_async":  # its steps went through the open loop, one at a time
+            assert [r.pop("rollout_streamed") for r in records] == [0.0] * len(records)
+        assert [comparable(r) for r in records] == sync, mode
 
 
 def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
@@ -79,15 +82,23 @@ def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
     assert [comparable(r) for r in _records(killed)] == [comparable(r) for r in records]
 
 
-@pytest.mark.parametrize("bound, partial", [(1, "abort"), (2, "continue")])
-def test_fully_async_stays_within_the_bound(tmp_path, bound, partial):
+@pytest.mark.parametrize("bound, partial, stream", [(1, "abort", True), (2, "continue", True),
+                                                   (1, "continue", False)])
+def test_fully_async_stays_within_the_bound(tmp_path, bound, partial, stream):
     workdir = str(tmp_path / "run")
     train(_config(**{"rl.async_mode": "fully_async", "rollout.max_staleness": bound,
-                     "rollout.partial": partial, "training.total_steps": 5,
-                     "checkpoint.every_steps": 5}),
+                     "rollout.partial": partial, "rollout.stream_steps": stream,
+                     "training.total_steps": 5, "checkpoint.every_steps": 5}),
           workdir, progress=False)
     records = _records(workdir)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    if stream:
+        # Steps 2 .. bound + 1 may start before any update: they enter the engine beside
+        # step 1 (4 episodes a step, 32 decode slots).
+        streamed = [r["rollout_streamed"] for r in records]
+        assert streamed[:bound + 1] == [0.0] + [1.0] * bound, streamed
+    else:
+        assert all("rollout_streamed" not in r for r in records)
     for r in records:
         assert 0 <= r["staleness_mean"] <= r["staleness_max"] <= bound
         assert 0 < r["is_weight_mean"] and r["is_weight_max"] <= 2.0

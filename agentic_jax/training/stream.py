@@ -1,0 +1,147 @@
+"""Steps that stream through one open tool loop (``rl.async_mode = "fully_async"``,
+``rollout.stream_steps``): the next step's prompt groups enter the engine's queue as soon as the
+tail of the steps in flight leaves decode slots free, instead of after the last episode of the
+step before has finished. `async_rollouts.RolloutPipeline` decides when a step may start (the
+staleness gate and the drains); this module runs the admitted steps side by side and hands back
+each one's graded experience, in step order, once its last episode finishes.
+
+What a step sees. Its problems are drawn from the curriculum scheduler when it is admitted,
+which may be before the steps in flight have updated the scheduler (it has seen every step
+before those). Grading, the scheduler's and the tool controller's updates run per step, in step
+order, exactly as `rollouts.collect` runs them. Row b of step t samples with key
+``jax.random.split(step_key(t), rows)[b]``, as in `collect`; with nothing in flight when a step
+is admitted (max_staleness 0, or a drain) the step is the one `collect` would roll out.
+
+Timing. The engine's statistics and the loop's phase times are shared by the steps in flight;
+each step's record holds those accumulated since the step before it finished, and its
+``rollout_s`` is its own admission-to-last-episode time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from agentic_jax.data import Problem
+from agentic_jax.parallel import gather_rows
+from agentic_jax.rollout import Episode
+from agentic_jax.rollout.agent import WeightFeed
+from agentic_jax.training.builders import Run
+from agentic_jax.training.metrics import episode_table
+from agentic_jax.training.rollouts import Experience, grade, row_specs, update_controller
+from agentic_jax.utils.timing import PhaseTimer
+
+
+class _Step:
+    """A step in flight: its rows' problems, their episodes as they finish, the rows left."""
+
+    def __init__(self, jobs: list[Problem], episodes: list[Episode], streamed: bool):
+        self.jobs, self.episodes, self.streamed = jobs, episodes, streamed
+        self.left = len(jobs)
+        self.admitted = time.perf_counter()
+
+
+class StepStream:
+    """One open tool loop over the policy's engine for a run's steps.
+
+    ``admit(t)`` draws step t's problems and queues its episodes; ``advance(weights)`` runs one
+    round of the loop and returns [(t, experience)] of the steps that completed; ``room``
+    says whether another step would find free decode slots; ``close()`` aborts what is left.
+    Used from one thread.
+    """
+
+    def __init__(self, run: Run, step_key: Callable[[int], jax.Array]):
+        self.run, self._step_key = run, step_key
+        self.agent = run.policy.agent(run.controller)
+        self.service, self.engine = self.agent.service, self.agent.engine
+        self.engine.set_sampling(self.agent.cfg.sampling)
+        self.engine.reset_stats()
+        self.service.timer = self._timer = PhaseTimer()
+        self._marks: dict[str, float] = {}
+        self._steps: dict[int, _Step] = {}  # in step order
+        self._owner: dict[int, tuple[int, int]] = {}  # handle -> (step, row)
+        self._aborted = 0
+
+    @property
+    def open(self) -> bool:
+        """Whether a step is in flight."""
+        return bool(self._steps)
+
+    @property
+    def room(self) -> bool:
+        """Nothing is in flight, or fewer unfinished episodes than decode slots."""
+        left = sum(s.left for s in self._steps.values())
+        return left < self.engine.cfg.num_slots
+
+    def admit(self, step: int) -> None:
+        """Draws step ``step``'s problems from the scheduler and queues ``rl.group_size``
+        episodes of each."""
+        cfg, policy = self.run.cfg, self.run.policy
+        if self.run.cfg.rl.dynamic_sampling or jax.process_count() > 1:
+            raise ValueError("streamed steps need one process and no rl.accuracy_band")
+        problems = self.run.scheduler.sample(cfg.training.batch_size)
+        jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
+        specs = row_specs(policy, jobs, group_size=cfg.rl.group_size)
+        episodes = [self.agent.new_episode(i, spec) for i, spec in enumerate(specs)]
+        keys = np.asarray(jax.random.key_data(jax.random.split(self._step_key(step), len(jobs))))
+        record = _Step(jobs, episodes, streamed=self.open)
+        for b, (episode, spec) in enumerate(zip(episodes, specs)):
+            handle = self.service.submit(episode, keys[b],
+                                         max_length=spec.max_length or self.agent.cfg.max_length,
+                                         sampling=spec.sampling)
+            self._owner[handle] = (step, b)
+        self._steps[step] = record
+
+    def advance(self, weights: WeightFeed) -> list[tuple[int, Experience]]:
+        """One round: new weights from ``weights()`` first (in-flight episodes go on as
+        ``rollout.partial`` says), then one step of the tool loop; the steps it completed."""
+        new = weights()
+        if new is not None:
+            self.engine.update_params(*new)
+            if self.agent.cfg.partial == "abort":
+                self._aborted += sum(self.service.restart(h) for h in list(self.service.live))
+        for handle, episode in self.service.step():
+            step, row = self._owner.pop(handle)
+            record = self._steps[step]
+            record.episodes[row] = episode
+            record.left -= 1
+        done = []
+        while self._steps:
+            step, record = next(iter(self._steps.items()))
+            if record.left:
+                break
+            del self._steps[step]
+            done.append((step, self._finish(record)))
+        return done
+
+    def close(self) -> None:
+        """Aborts the episodes in flight (frees their pages and tool calls)."""
+        self.service.close()
+        self._steps.clear()
+        self._owner.clear()
+
+    def _finish(self, record: _Step) -> Experience:
+        """Grades a completed step and folds it into the scheduler and the tool controller."""
+        run, policy = self.run, self.run.policy
+        seconds = dict(self._timer.seconds)
+        timing = {k: v - self._marks.get(k, 0.0) for k, v in seconds.items()}
+        self._marks = seconds
+        timing["rollout_s"] = rollout_s = time.perf_counter() - record.admitted
+        timing["accelerator_idle_frac"] = max(0.0, 1.0 - timing.get("decode_s", 0.0)
+                                              / rollout_s) if rollout_s > 0 else 0.0
+        timing.update(self.engine.stats.as_metrics(), aborted_tokens=float(self._aborted))
+        self.engine.reset_stats()
+        self._aborted = 0
+        t0 = time.perf_counter()
+        grade(record.episodes, record.jobs, run.cfg.reward, run.cfg.training.max_length,
+              policy.sandbox)
+        timing["reward_s"] = time.perf_counter() - t0
+        table = gather_rows(episode_table(record.episodes, policy.problems.stages))
+        run.scheduler.update(list(zip(record.jobs, table["correct"].tolist())))
+        update_controller(run.controller, table, policy.problems.stages)
+        host = {"stage": run.scheduler.current_stage, **run.controller.metrics(),
+                "rollout_streamed": float(record.streamed)}
+        return Experience(record.episodes, table, timing, record.jobs, host)
