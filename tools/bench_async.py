@@ -20,8 +20,12 @@ import subprocess
 import sys
 import time
 
-MODES = {"sync": ("sync", 0), "one_step_off": ("one_step_off", 1),
-         "fully_async:1": ("fully_async", 1), "fully_async:2": ("fully_async", 2)}
+# name -> (rl.async_mode, rollout.max_staleness, rollout.stream_steps); the ":closed" modes are
+# fully_async without streaming (a step's rollout starts after the previous one's last episode).
+MODES = {"sync": ("sync", 0, True), "one_step_off": ("one_step_off", 1, True),
+         "fully_async:1": ("fully_async", 1, True), "fully_async:2": ("fully_async", 2, True),
+         "fully_async:1:closed": ("fully_async", 1, False),
+         "fully_async:2:closed": ("fully_async", 2, False)}
 WARM_STEPS = 2  # steps left out of the means: the first update and rollout compile
 
 
@@ -45,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_mode(args: argparse.Namespace, mode: str, workdir: str) -> list[dict]:
     """Trains ``args.steps`` steps in ``mode`` in a fresh process; its metrics records."""
-    async_mode, bound = MODES[mode]
+    async_mode, bound, stream = MODES[mode]
     config = "configs/math_ppo.py:smoke" if args.smoke else "configs/math_ppo.py"
     flags = [f"--config={config}", f"--workdir={workdir}",
              f"--config.training.total_steps={args.steps}",
@@ -53,7 +57,8 @@ def run_mode(args: argparse.Namespace, mode: str, workdir: str) -> list[dict]:
              "--config.data.eval_size=8", "--config.logging.plots=False",
              "--config.logging.tensorboard=False", "--config.logging.transcripts_every=0",
              "--config.logging.progress=False",
-             f"--config.rl.async_mode={async_mode}", f"--config.rollout.max_staleness={bound}"]
+             f"--config.rl.async_mode={async_mode}", f"--config.rollout.max_staleness={bound}",
+             f"--config.rollout.stream_steps={stream}"]
     if args.init_from:
         flags.append(f"--config.checkpoint.init_from={args.init_from}")
     with open(workdir + ".log", "w") as log:
@@ -75,6 +80,8 @@ def summary(records: list[dict]) -> dict[str, float]:
             "staleness_max": max(r.get("staleness_max", 0.0) for r in timed),
             "sampler_busy": mean("time_sampler_busy_frac"),
             "trainer_busy": mean("time_trainer_busy_frac"),
+            "slot_utilisation": mean("engine_slot_utilisation"),
+            "streamed": mean("rollout_streamed"),
             "mismatch_kl": mean("mismatch_kl"), "accuracy": mean("accuracy")}
 
 
@@ -123,12 +130,13 @@ def main(argv: list[str] | None = None) -> None:
         base = results.get("sync", next(iter(results.values())))["step_s"]
         for mode in modes:
             rows.append((r, mode, results[mode], base / results[mode]["step_s"]))
-    print("\nround mode           s/step  steps/h  speed-up vs sync  staleness mean/max  "
-          "sampler/trainer busy  mismatch_kl  accuracy")
+    print("\nround mode                  s/step  steps/h  speed-up vs sync  staleness mean/max  "
+          "sampler/trainer busy  slots used  streamed  mismatch_kl  accuracy")
     for r, mode, s, speedup in rows:
-        print(f"{r:5d} {mode:14s} {s['step_s']:7.2f} {s['steps_per_hour']:8.0f} "
+        print(f"{r:5d} {mode:21s} {s['step_s']:7.2f} {s['steps_per_hour']:8.0f} "
               f"{speedup:17.2f}x {s['staleness_mean']:9.2f} / {s['staleness_max']:.0f}"
-              f"{s['sampler_busy']:13.2f} / {s['trainer_busy']:.2f} {s['mismatch_kl']:12.2e}"
+              f"{s['sampler_busy']:13.2f} / {s['trainer_busy']:.2f} "
+              f"{s['slot_utilisation']:11.2f} {s['streamed']:9.2f} {s['mismatch_kl']:12.2e}"
               f" {s['accuracy']:9.3f}")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump([{"round": r, "mode": m, **s, "speedup_vs_sync": x} for r, m, s, x in rows],

@@ -12,13 +12,15 @@ order, exactly as `rollouts.collect` runs them. Row b of step t samples with key
 ``jax.random.split(step_key(t), rows)[b]``, as in `collect`; with nothing in flight when a step
 is admitted (max_staleness 0, or a drain) the step is the one `collect` would roll out.
 
-Timing. The engine's statistics and the loop's phase times are shared by the steps in flight;
-each step's record holds those accumulated since the step before it finished, and its
-``rollout_s`` is its own admission-to-last-episode time.
+Timing. Each step's figures cover its own span, from its admission to its last episode: the
+loop's phase times and the engine's counters (slot utilisation, decode and prefill seconds, page
+peak), summed over the loop's rounds in that span and shared with whatever other step was in
+flight then.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -29,6 +31,7 @@ from agentic_jax.data import Problem
 from agentic_jax.parallel import gather_rows
 from agentic_jax.rollout import Episode
 from agentic_jax.rollout.agent import WeightFeed
+from agentic_jax.rollout.engine.types import EngineStats
 from agentic_jax.training.builders import Run
 from agentic_jax.training.metrics import episode_table
 from agentic_jax.training.rollouts import Experience, grade, row_specs, update_controller
@@ -36,12 +39,30 @@ from agentic_jax.utils.timing import PhaseTimer
 
 
 class _Step:
-    """A step in flight: its rows' problems, their episodes as they finish, the rows left."""
+    """A step in flight: its rows' problems, their episodes as they finish, the rows left, and
+    the engine's counters and the loop's phase times over its span so far."""
 
-    def __init__(self, jobs: list[Problem], episodes: list[Episode], streamed: bool):
+    def __init__(self, jobs: list[Problem], episodes: list[Episode], streamed: bool,
+                 engine_stats: EngineStats, seconds: dict[str, float]):
         self.jobs, self.episodes, self.streamed = jobs, episodes, streamed
         self.left = len(jobs)
         self.admitted = time.perf_counter()
+        self.seconds = dict(seconds)  # the loop's phase times at admission
+        self.stats = EngineStats(pool_pages=engine_stats.pool_pages,
+                                 page_bytes=engine_stats.page_bytes,
+                                 pages_in_use=engine_stats.pages_in_use,
+                                 pages_peak=engine_stats.pages_in_use)
+        self.aborted = 0  # model tokens thrown away by restarts (rollout.partial = "abort")
+
+    def add(self, stats: EngineStats) -> None:
+        """Folds in one round's counters (`Engine.reset_stats` after the round)."""
+        for f in dataclasses.fields(EngineStats):
+            if f.name == "pages_peak":
+                self.stats.pages_peak = max(self.stats.pages_peak, stats.pages_peak)
+            elif f.name == "pages_in_use":
+                self.stats.pages_in_use = stats.pages_in_use
+            elif f.name not in ("pool_pages", "page_bytes"):
+                setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
 
 
 class StepStream:
@@ -60,10 +81,8 @@ class StepStream:
         self.engine.set_sampling(self.agent.cfg.sampling)
         self.engine.reset_stats()
         self.service.timer = self._timer = PhaseTimer()
-        self._marks: dict[str, float] = {}
         self._steps: dict[int, _Step] = {}  # in step order
         self._owner: dict[int, tuple[int, int]] = {}  # handle -> (step, row)
-        self._aborted = 0
 
     @property
     def open(self) -> bool:
@@ -87,7 +106,7 @@ class StepStream:
         specs = row_specs(policy, jobs, group_size=cfg.rl.group_size)
         episodes = [self.agent.new_episode(i, spec) for i, spec in enumerate(specs)]
         keys = np.asarray(jax.random.key_data(jax.random.split(self._step_key(step), len(jobs))))
-        record = _Step(jobs, episodes, streamed=self.open)
+        record = _Step(jobs, episodes, self.open, self.engine.stats, self._timer.seconds)
         for b, (episode, spec) in enumerate(zip(episodes, specs)):
             handle = self.service.submit(episode, keys[b],
                                          max_length=spec.max_length or self.agent.cfg.max_length,
@@ -102,8 +121,13 @@ class StepStream:
         if new is not None:
             self.engine.update_params(*new)
             if self.agent.cfg.partial == "abort":
-                self._aborted += sum(self.service.restart(h) for h in list(self.service.live))
-        for handle, episode in self.service.step():
+                for handle in list(self.service.live):
+                    self._steps[self._owner[handle][0]].aborted += self.service.restart(handle)
+        finished = self.service.step()
+        stats = self.engine.reset_stats()  # this round's counters, into every step in flight
+        for record in self._steps.values():
+            record.add(stats)
+        for handle, episode in finished:
             step, row = self._owner.pop(handle)
             record = self._steps[step]
             record.episodes[row] = episode
@@ -126,15 +150,11 @@ class StepStream:
     def _finish(self, record: _Step) -> Experience:
         """Grades a completed step and folds it into the scheduler and the tool controller."""
         run, policy = self.run, self.run.policy
-        seconds = dict(self._timer.seconds)
-        timing = {k: v - self._marks.get(k, 0.0) for k, v in seconds.items()}
-        self._marks = seconds
+        timing = {k: v - record.seconds.get(k, 0.0) for k, v in self._timer.seconds.items()}
         timing["rollout_s"] = rollout_s = time.perf_counter() - record.admitted
         timing["accelerator_idle_frac"] = max(0.0, 1.0 - timing.get("decode_s", 0.0)
                                               / rollout_s) if rollout_s > 0 else 0.0
-        timing.update(self.engine.stats.as_metrics(), aborted_tokens=float(self._aborted))
-        self.engine.reset_stats()
-        self._aborted = 0
+        timing.update(record.stats.as_metrics(), aborted_tokens=float(record.aborted))
         t0 = time.perf_counter()
         grade(record.episodes, record.jobs, run.cfg.reward, run.cfg.training.max_length,
               policy.sandbox)
