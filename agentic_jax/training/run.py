@@ -305,12 +305,15 @@ def _all_equal(m: dict[str, Any]) -> bool:
 
 
 def _uniform_reward_warning(steps: int, m: dict[str, Any]) -> str:
-    return (f"warning: every episode of the last {steps} steps got the same reward "
+    head = (f"warning: every episode of the last {steps} steps got the same reward "
             f"({m.get('reward', float('nan')):.3f}; accuracy {m.get('accuracy', 0.0):.3f}, "
             f"answer rate {m.get('answer_rate', 0.0):.3f}, truncated "
-            f"{m.get('truncated_rate', 0.0):.3f}): the policy gets no learning signal. Check "
-            "the prompt template (data.template), training.max_length and whether the model "
-            "writes its answer in a form the grader reads (\\boxed{...})")
+            f"{m.get('truncated_rate', 0.0):.3f}): the policy gets no learning signal. ")
+    if m.get("accuracy", 0.0) >= 1.0:  # solved everything: nothing left to learn here
+        return head + ("It solves every problem it is given: harder ones (data.max_difficulty, "
+                       "data.stages, data.kinds) or rl.accuracy_band would give it a signal")
+    return head + ("Check the prompt template (data.template), training.max_length and whether "
+                   "the model writes its answer in a form the grader reads (\\boxed{...})")
 
 
 def _say(line: str, bar: Any = None) -> None:

@@ -262,3 +262,13 @@ def test_equal_rewards_count_as_flat_whatever_float_rounding_leaves():
     assert float(rewards.std()) > 0.0
     assert _all_equal({"reward_std": float(rewards.std()), "reward": float(rewards.mean())})
     assert not _all_equal({"reward_std": 0.05, "reward": 0.1})
+
+
+def test_the_flat_reward_warning_names_the_likely_cause():
+    from agentic_jax.training import run as run_lib
+
+    nothing = run_lib._uniform_reward_warning(3, {"reward": 0.0, "accuracy": 0.0})
+    assert "data.template" in nothing and "harder" not in nothing
+    everything = run_lib._uniform_reward_warning(3, {"reward": 1.0, "accuracy": 1.0})
+    assert "solves every problem" in everything and "data.max_difficulty" in everything
+    assert "data.template" not in everything
