@@ -121,22 +121,34 @@ def plot(runs: Sequence[Run], out_png: str, title: str = "The default run") -> N
 
 
 def _pick_transcripts(run: Run) -> tuple[list[dict], list[dict]]:
-    """Held-out transcripts at the first and the last evaluation, one per stage."""
+    """Held-out transcripts at the first and the last evaluation, one problem per stage: one
+    whose verdict or tool use changed between the two when there is one, else the stage's
+    first."""
     evals = [t for t in run.transcripts if t.get("source") == "eval"]
     if not evals:
         return [], []
     first, last = min(t["step"] for t in evals), max(t["step"] for t in evals)
+    at = {step: {t["prompt"]: t for t in evals if t["step"] == step} for step in (first, last)}
 
-    def one_per_stage(step: int) -> list[dict]:
-        seen, out = set(), []
-        for t in evals:
-            stage = t.get("stage", "")
-            if t["step"] == step and stage not in seen:
-                seen.add(stage)
-                out.append(t)
-        return out
+    def changed(prompt: str) -> bool:
+        a, b = at[first][prompt], at[last].get(prompt)
+        return b is not None and (a["correct"] != b["correct"]
+                                  or ("```python" in a["response"]) != ("```python" in b["response"]))
 
-    return one_per_stage(first), one_per_stage(last)
+    before, after, seen = [], [], set()
+    for prompt, t in at[first].items():
+        stage = t.get("stage", "")
+        if stage in seen:
+            continue
+        candidates = [p for p, u in at[first].items() if u.get("stage", "") == stage]
+        pick = next((p for p in candidates if changed(p)), candidates[0])
+        seen.add(stage)
+        before.append(at[first][pick])
+        if pick in at[last]:
+            after.append(at[last][pick])
+    if len(after) < len(before):  # the last evaluation wrote other problems
+        after = list({t.get("stage", ""): t for t in reversed(list(at[last].values()))}.values())
+    return before, after
 
 
 def _transcript_block(t: dict) -> str:
@@ -233,7 +245,8 @@ def section(runs: Sequence[Run], figure_path: str,
                       "**" + fmt.format(r.held_out("final", mode, key)) + "**"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     n = int(main.held_out("initial", "tools", "num_problems"))
-    lines += ["", f"Held-out: {n} problems, the stages taking turns. Wall time and peak memory "
+    turns = ", the stages taking turns" if len(c["data"]["stages"]) > 1 else ""
+    lines += ["", f"Held-out: {n} problems{turns}. Wall time and peak memory "
               "(resident set of the training process): " + "; ".join(
                   f"{r.tag} {_fmt_time(r.summary['wall_time_s'])}, "
                   f"{r.summary['peak_rss_mb'] / 1024:.1f} GB" for r in runs
@@ -248,7 +261,7 @@ def section(runs: Sequence[Run], figure_path: str,
         moved = (f"reached {', '.join(reached)}" if len(reached) > 1 else
                  f"stayed on {reached[0]} (its rolling accuracy stayed under the threshold)"
                  f"{preview}" if reached else "")
-        if moved:
+        if moved and len(r.config["data"]["stages"]) > 1:
             lines.append(f"- Curriculum, {r.tag}: training {moved}.")
     for r in runs:
         parts = []

@@ -137,5 +137,7 @@ def test_another_recipe_gets_its_own_files_markers_and_run_labels(tmp_path):
     assert "| held-out (greedy) | seed 0: warm start | seed 0: after RL | seed 0, LoRA r=16: " \
            "warm start | seed 0, LoRA r=16: after RL |" in section
     assert "--name=smollm2_rl" in section
+    # One stage: no curriculum to move through, no stages taking turns.
+    assert "Curriculum" not in section and "taking turns" not in section
     text = readme.read_text()
     assert "kept" in text and "\nold\n" not in text and "](" + str(out) + "/smollm2_rl.png)" in text
