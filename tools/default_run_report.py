@@ -128,26 +128,30 @@ def _pick_transcripts(run: Run) -> tuple[list[dict], list[dict]]:
     if not evals:
         return [], []
     first, last = min(t["step"] for t in evals), max(t["step"] for t in evals)
-    at = {step: {t["prompt"]: t for t in evals if t["step"] == step} for step in (first, last)}
 
-    def changed(prompt: str) -> bool:
-        a, b = at[first][prompt], at[last].get(prompt)
-        return b is not None and (a["correct"] != b["correct"]
-                                  or ("```python" in a["response"]) != ("```python" in b["response"]))
+    def by_problem(step: int) -> dict[tuple[str, str], dict]:
+        out: dict[tuple[str, str], dict] = {}
+        for t in evals:
+            if t["step"] == step:
+                out.setdefault((t.get("stage", ""), t["prompt"]), t)
+        return out
 
-    before, after, seen = [], [], set()
-    for prompt, t in at[first].items():
-        stage = t.get("stage", "")
-        if stage in seen:
-            continue
-        candidates = [p for p, u in at[first].items() if u.get("stage", "") == stage]
-        pick = next((p for p in candidates if changed(p)), candidates[0])
-        seen.add(stage)
-        before.append(at[first][pick])
-        if pick in at[last]:
-            after.append(at[last][pick])
-    if len(after) < len(before):  # the last evaluation wrote other problems
-        after = list({t.get("stage", ""): t for t in reversed(list(at[last].values()))}.values())
+    before_at, after_at = by_problem(first), by_problem(last)
+
+    def changed(key: tuple[str, str]) -> bool:
+        a, b = before_at[key], after_at.get(key)
+        return b is not None and (a["correct"] != b["correct"] or
+                                  ("```python" in a["response"]) != ("```python" in b["response"]))
+
+    before, after = [], []
+    for stage in dict.fromkeys(stage for stage, _ in before_at):
+        keys = [k for k in before_at if k[0] == stage]
+        pick = next((k for k in keys if changed(k)), keys[0])
+        before.append(before_at[pick])
+        later = after_at.get(pick) or next((t for k, t in after_at.items() if k[0] == stage),
+                                           None)
+        if later is not None:
+            after.append(later)
     return before, after
 
 
