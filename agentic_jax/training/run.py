@@ -14,7 +14,6 @@ results go to ``eval/`` (``history.jsonl`` / ``history.png`` over the steps).
 from __future__ import annotations
 
 import os
-import resource
 import time
 from typing import Any
 
@@ -36,6 +35,7 @@ from agentic_jax.training.rollouts import collect
 from agentic_jax.training.update import update
 from agentic_jax.training.warmstart import warm_start
 from agentic_jax.utils import Checkpointer, MetricsWriter, read_json, read_metrics, write_json
+from agentic_jax.utils.memory import peak_rss_mb, reset_peak_rss
 from agentic_jax.utils.timing import PhaseTimer
 
 INITIAL_EVAL = "initial_eval.json"
@@ -86,9 +86,14 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         summary = _finish(run, workdir, info, num_params, state.step_int, began)
         if jax.default_backend() == "cpu" and jax.process_count() == 1:
             # Host memory holds the weights only on a one-process CPU run.
-            peak = summary["peak_rss_mb"]
-            _say(f"peak RSS {peak:,.0f} MB = {peak / needed_mb:.2f} x weights + gradients + "
-                 "AdamW moments")
+            peak, steps = summary["peak_rss_mb"], summary.get("peak_rss_mb_rl")
+            if steps:
+                _say(f"peak RSS of the RL steps {steps:,.0f} MB = {steps / needed_mb:.2f} x "
+                     f"weights + gradients + AdamW moments; of the whole process {peak:,.0f} MB "
+                     f"= {peak / needed_mb:.2f} x (loading, warm start, evaluation included)")
+            else:
+                _say(f"peak RSS {peak:,.0f} MB = {peak / needed_mb:.2f} x weights + gradients + "
+                     "AdamW moments")
         return summary
     finally:
         if checkpointer is not None:
@@ -103,11 +108,6 @@ def update_memory_mb(params: Any) -> float:
 
     nbytes = lambda tree: sum(x.nbytes for x in jax.tree.leaves(tree))
     return (nbytes(params) + 3 * nbytes(params_and_rest(params)[0])) / 2**20
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far (MiB; Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def host_state(run: Run) -> HostState:
@@ -181,6 +181,9 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                            tensorboard=cfg.logging.tensorboard, resume_step=state.step_int)
     bar = tqdm(total=total, initial=state.step_int, desc="rl", disable=not progress)
     skipped, flat = 0, _uniform_reward_steps(workdir, state.step_int)
+    # The RL steps' own peak (peak_rss_mb_rl), apart from loading, warm start and the first
+    # evaluation; peak_rss_mb stays the whole process's.
+    before, apart = peak_rss_mb(), reset_peak_rss()
     rollouts = async_rollouts.start(run, state.step_int + 1, total, state.step_key)
     try:
         with writer:
@@ -188,7 +191,10 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 step = state.step_int + 1
                 state, metrics, skipped = rl_step(run, state, step, skipped, workdir, rollouts)
                 metrics["num_params"] = num_params
-                metrics["peak_rss_mb"] = peak_rss_mb()
+                steps_peak = peak_rss_mb()
+                metrics["peak_rss_mb"] = max(before, steps_peak)
+                if apart:
+                    metrics["peak_rss_mb_rl"] = steps_peak
                 flat = flat + 1 if _all_equal(metrics) else 0
                 metrics["uniform_reward_steps"] = flat
                 if flat == UNIFORM_REWARD_STEPS:
@@ -273,7 +279,10 @@ def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
         "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
         # This process's: a resumed run counts from its resumption.
         "wall_time_s": time.perf_counter() - began,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": max([peak_rss_mb()] + [r["peak_rss_mb"] for r in records
+                                               if "peak_rss_mb" in r]),
+        "peak_rss_mb_rl": max((r["peak_rss_mb_rl"] for r in records if "peak_rss_mb_rl" in r),
+                              default=0.0),
     }
     if is_main_process():
         write_json(os.path.join(workdir, SUMMARY), summary)

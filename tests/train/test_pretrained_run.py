@@ -104,6 +104,9 @@ def test_smoke_run_on_a_chat_model_stops_at_im_end_and_writes_transcripts(
     assert [(r["reward_std"], r["uniform_reward_steps"]) for r in records] == [(0.0, 1), (0.0, 2)]
     assert "warning: every episode of the last 2 steps got the same reward (0.000" in said
     assert all(r["peak_rss_mb"] > 0 for r in records)
+    # The RL steps' own peak, apart from loading and the warm start: at most the process's.
+    assert all(0 < r["peak_rss_mb_rl"] <= r["peak_rss_mb"] for r in records)
+    assert "peak RSS of the RL steps" in said
     assert "update memory: weights + gradients + AdamW moments" in said
     assert " x weights + gradients + AdamW moments" in said
     # what a run records is what it trained with: no pretrained defaults on a rerun
