@@ -200,9 +200,10 @@ def _export_tool():
 
 @pytest.mark.slow  # tests/models/test_lora.py checks adapters and merging by default
 def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
-    # <|im_end|> at p ~ 0.95 (not saturated) and a format penalty (every return negative): the
-    # adapters get gradients.
-    source = _write_dir(tmp_path / "source", head=1.75)
+    # <|im_end|> likely but not certain, so the episodes' lengths differ (with every one ending
+    # at once, the whitened advantages are all 0 and only the value head learns), and a format
+    # penalty (every return negative): the adapters get gradients.
+    source = _write_dir(tmp_path / "source", head=1.25)
     config = tiny_config(**{"model.path": source, "data.template": "chat",
                             "training.max_length": 320, "training.total_steps": 2,
                             "training.lr": 1e-2, "rl.format_penalty": 0.5,
