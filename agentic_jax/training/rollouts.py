@@ -78,27 +78,44 @@ def collect(run: Run, step_key: jax.Array, weights: WeightFeed | None = None) ->
     else:
         episodes, problems, table, timing, counts = collect_in_band(
             run, step_key, draw, processes=jax.process_count())
-    host = {"stage": run.scheduler.current_stage, **run.controller.metrics(), **counts}
-    return Experience(episodes, table, timing, problems, host)
+    return Experience(episodes, table, timing, problems, {**host_metrics(run), **counts})
 
 
-def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None) -> Draw:
-    """One round: ``num_prompts`` problems from the scheduler, ``rl.group_size`` episodes each,
-    graded; the scheduler and the tool controller learn from every host's rows."""
+def host_metrics(run: Run) -> dict[str, Any]:
+    """The host-side state right after a rollout: the curriculum stage, the tool controller."""
+    return {"stage": run.scheduler.current_stage, **run.controller.metrics()}
+
+
+def draw_jobs(run: Run, num_prompts: int) -> list[Problem]:
+    """``num_prompts`` problems from the scheduler, each ``rl.group_size`` times (a row each)."""
+    return [p for p in run.scheduler.sample(num_prompts) for _ in range(run.cfg.rl.group_size)]
+
+
+def score(run: Run, episodes: Sequence[Episode], local_jobs: Sequence[Problem],
+          jobs: Sequence[Problem], timing: dict[str, float]) -> dict[str, np.ndarray]:
+    """Grades this host's episodes (``timing["reward_s"]``) and folds every host's rows into
+    the scheduler and the tool controller; the gathered `episode_table`."""
     cfg, policy = run.cfg, run.policy
-    problems = run.scheduler.sample(num_prompts)
-    jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
-    share = process_slice(len(jobs))
-    local_jobs = jobs[share]
-    specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
-    episodes, timing = policy.agent(run.controller).run(
-        specs, key, row_offset=share.start, total_rows=len(jobs), weights=weights)
     t0 = time.perf_counter()
     grade(episodes, local_jobs, cfg.reward, cfg.training.max_length, policy.sandbox)
     timing["reward_s"] = time.perf_counter() - t0
     table = gather_rows(episode_table(episodes, policy.problems.stages))
     run.scheduler.update(list(zip(jobs, table["correct"].tolist())))
     update_controller(run.controller, table, policy.problems.stages)
+    return table
+
+
+def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None) -> Draw:
+    """One round: ``num_prompts`` problems from the scheduler, ``rl.group_size`` episodes each,
+    graded; the scheduler and the tool controller learn from every host's rows."""
+    cfg, policy = run.cfg, run.policy
+    jobs = draw_jobs(run, num_prompts)
+    share = process_slice(len(jobs))
+    local_jobs = jobs[share]
+    specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
+    episodes, timing = policy.agent(run.controller).run(
+        specs, key, row_offset=share.start, total_rows=len(jobs), weights=weights)
+    table = score(run, episodes, local_jobs, jobs, timing)
     return Draw(episodes, local_jobs, table, timing, share.start)
 
 

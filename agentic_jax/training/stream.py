@@ -28,13 +28,12 @@ import jax
 import numpy as np
 
 from agentic_jax.data import Problem
-from agentic_jax.parallel import gather_rows
 from agentic_jax.rollout import Episode
 from agentic_jax.rollout.agent import WeightFeed
 from agentic_jax.rollout.engine.types import EngineStats
 from agentic_jax.training.builders import Run
-from agentic_jax.training.metrics import episode_table
-from agentic_jax.training.rollouts import Experience, grade, row_specs, update_controller
+from agentic_jax.training.rollouts import (
+    Experience, draw_jobs, host_metrics, row_specs, score)
 from agentic_jax.utils.timing import PhaseTimer
 
 
@@ -99,10 +98,7 @@ class StepStream:
         """Draws step ``step``'s problems from the scheduler and queues ``rl.group_size``
         episodes of each."""
         cfg, policy = self.run.cfg, self.run.policy
-        if self.run.cfg.rl.dynamic_sampling or jax.process_count() > 1:
-            raise ValueError("streamed steps need one process and no rl.accuracy_band")
-        problems = self.run.scheduler.sample(cfg.training.batch_size)
-        jobs = [p for p in problems for _ in range(cfg.rl.group_size)]
+        jobs = draw_jobs(self.run, cfg.training.batch_size)
         specs = row_specs(policy, jobs, group_size=cfg.rl.group_size)
         episodes = [self.agent.new_episode(i, spec) for i, spec in enumerate(specs)]
         keys = np.asarray(jax.random.key_data(jax.random.split(self._step_key(step), len(jobs))))
@@ -149,19 +145,11 @@ class StepStream:
 
     def _finish(self, record: _Step) -> Experience:
         """Grades a completed step and folds it into the scheduler and the tool controller."""
-        run, policy = self.run, self.run.policy
         timing = {k: v - record.seconds.get(k, 0.0) for k, v in self._timer.seconds.items()}
         timing["rollout_s"] = rollout_s = time.perf_counter() - record.admitted
         timing["accelerator_idle_frac"] = max(0.0, 1.0 - timing.get("decode_s", 0.0)
                                               / rollout_s) if rollout_s > 0 else 0.0
         timing.update(record.stats.as_metrics(), aborted_tokens=float(record.aborted))
-        t0 = time.perf_counter()
-        grade(record.episodes, record.jobs, run.cfg.reward, run.cfg.training.max_length,
-              policy.sandbox)
-        timing["reward_s"] = time.perf_counter() - t0
-        table = gather_rows(episode_table(record.episodes, policy.problems.stages))
-        run.scheduler.update(list(zip(record.jobs, table["correct"].tolist())))
-        update_controller(run.controller, table, policy.problems.stages)
-        host = {"stage": run.scheduler.current_stage, **run.controller.metrics(),
-                "rollout_streamed": float(record.streamed)}
+        table = score(self.run, record.episodes, record.jobs, record.jobs, timing)
+        host = {**host_metrics(self.run), "rollout_streamed": float(record.streamed)}
         return Experience(record.episodes, table, timing, record.jobs, host)
