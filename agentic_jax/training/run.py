@@ -146,6 +146,7 @@ def _start(run: Run, state: TrainState, workdir: str,
                                              run.shardings.state)
         info["init_from"] = cfg.checkpoint.init_from
     elif cfg.warmstart.enabled:
+        run.policy.engine.sleep()  # its pool and weights are not needed until `publish`
         params, metrics = warm_start(run, params, progress=progress)
         info.update(metrics)
         if metrics.get("warmstart/shipped"):
@@ -233,6 +234,8 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
     if workdir is not None and every and step % every == 0:
         transcripts.from_training(run.policy, workdir, step, experience.episodes,
                                   experience.problems)
+    if rollouts is None:  # the engine is idle until `publish`: the update gets its memory
+        run.policy.engine.sleep()
     with timer("update"):
         result = update(run, state, experience.episodes, step, skipped_in_a_row=skipped)
     with timer("publish"):

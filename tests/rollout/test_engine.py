@@ -217,3 +217,34 @@ def test_bad_requests(model):
         EngineConfig(kv_pages=8, kv_cache_mb=1.0)
     with pytest.raises(ValueError, match="num_slots"):
         EngineConfig(num_slots=0)
+
+
+def test_sleep_frees_the_pool_and_a_woken_engine_samples_as_before(model, baseline):
+    cfg = dataclasses.replace(EngineConfig(num_slots=4, page_size=8),
+                              sampling=SamplingParams(1.0),
+                              max_seq_len=max(map(len, PROMPTS)) + NEW)
+    engine = Engine(model, cfg)
+    keys = jax.random.split(jax.random.key(7), len(PROMPTS))
+    # A first rollout writes K/V into pages that the second one reuses after the sleep.
+    for i, prompt in enumerate(PROMPTS):
+        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
+    engine.run()
+    engine.submit(Request("held", tuple(PROMPTS[0]), NEW, keys[0], stop_tokens=STOPS))
+    with pytest.raises(RuntimeError, match="cannot sleep while it holds 1 sequence"):
+        engine.sleep()
+    engine.abort("held")
+    engine.sleep()
+    assert engine.asleep and engine.kv is None and engine.params is None
+    engine.submit(Request(0, tuple(PROMPTS[0]), NEW, keys[0], stop_tokens=STOPS))
+    with pytest.raises(RuntimeError, match="asleep"):
+        engine.run()
+    engine.abort(0)
+    engine.update_params(model)
+    assert not engine.asleep
+    for i, prompt in enumerate(PROMPTS):
+        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
+    events = {e.request_id: e for e in engine.run()}
+    for i, e in baseline.items():
+        assert events[i].tokens == e.tokens
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-4)
+    assert engine.pool.in_use == 0

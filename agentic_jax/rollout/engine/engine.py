@@ -40,7 +40,7 @@ class Engine:
     prefixes = _of("scheduler.pages.prefixes", "Shared prompt prefixes by their tokens.")
     graphdef = _of("runner.graphdef", "The model's graph definition.")
     params = _of("runner.params", "The weights sampled with (see `update_params`).")
-    kv = _of("runner.kv", "The paged KV pool on the device.")
+    kv = _of("runner.kv", "The paged KV pool on the device (None while asleep).")
 
     def __init__(self, model: nnx.Module, cfg: EngineConfig | None = None):
         graphdef, params = nnx.split(model)
@@ -88,6 +88,24 @@ class Engine:
         self.runner.params = nnx.state(model_or_state) if is_module else model_or_state
         if version is not None:
             self.scheduler.version = int(version)
+
+    def sleep(self) -> None:
+        """Frees what the engine holds on the device between rollouts, for a trainer that
+        shares the devices and updates in between (vLLM's sleep mode, verl's
+        ``free_cache_engine``): the KV pool, and its reference to the weights, the only one
+        to a LoRA policy's merged copy or a disaggregated sampler's. Only while it holds no
+        sequence. `update_params` wakes it; the next call that needs the pool makes a fresh
+        one (no K/V is read before it is written, so nothing is lost but the memory)."""
+        held = len(self.seqs)  # queued, slotted and paused
+        if held or self.pool.in_use:
+            raise RuntimeError(f"rollout engine: cannot sleep while it holds {held} "
+                               f"sequence(s) and {self.pool.in_use} page(s)")
+        self.runner.sleep()
+
+    @property
+    def asleep(self) -> bool:
+        """Whether `sleep` let go of the weights and `update_params` has not woken it."""
+        return self.runner.params is None
 
     def submit(self, request: Request) -> None:
         """Queues a request; requests with equal prompts share the prompt's pages."""

@@ -55,7 +55,19 @@ class ModelRunner:
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
         self.num_pages, self.max_pages = num_pages, max_pages
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
-        self.kv = pm.init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+        self.mesh = mesh
+        self.kv: pm.PagedKV | None = pm.init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+
+    def sleep(self) -> None:
+        """Lets go of the pool and the weights (`Engine.sleep`)."""
+        self.kv = self.params = None
+
+    def _wake(self) -> None:
+        """A fresh zero pool after `sleep` (every page's K/V is written before it is read)."""
+        if self.params is None:
+            raise RuntimeError("rollout engine: asleep without weights; update_params wakes it")
+        if self.kv is None:
+            self.kv = pm.init_paged_kv(self.model_cfg, self.num_pages, self.page_size, self.mesh)
 
     def key_data(self, key: Any) -> np.ndarray:
         """A typed PRNG key or raw key data -> the key data as a uint32 numpy array."""
@@ -69,6 +81,7 @@ class ModelRunner:
         return data
 
     def copy_pages(self, copies: list[tuple[int, int]]) -> None:
+        self._wake()
         n = _bucket(len(copies), 1 << 30)
         src = np.zeros(n, np.int32)
         dst = np.full(n, self.num_pages, np.int32)     # out of range: the padding copies nothing
@@ -79,6 +92,7 @@ class ModelRunner:
         # Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
         # bucketed chunk widths and power-of-two table widths: a handful of compilations, and a
         # chunk attends over the pages up to its own end, not over max_seq_len.
+        self._wake()
         rows, ps = _bucket(len(chunks), self.prefill_rows), self.page_size
         width = _width_bucket(max(len(c.tokens) for c in chunks))
         table_w = _bucket(max(-(-(c.start + len(c.tokens)) // ps) for c in chunks),
@@ -99,6 +113,7 @@ class ModelRunner:
         # The running slots are packed into the first rows of a power-of-two batch (at least
         # _MIN_ROWS): when the tail of a rollout leaves few slots running, a step costs what
         # they need, not what num_slots would. Rows carry no state between round trips.
+        self._wake()
         n = max(min(_MIN_ROWS, self.num_slots), _bucket(len(running), self.num_slots))
         tables = np.zeros((n, self.max_pages), np.int32)
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
@@ -126,9 +141,11 @@ class ModelRunner:
 
     def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is
-        running[i]), padded to a power of two (>= 64) so that few shapes compile."""
+        running[i]), padded to the next of 64, 96, 128, 192, ... (`_width_bucket`): attention
+        pays for every listed pair, so a power of two (335 pairs -> 512) would cost up to twice
+        the work, for half the compilations."""
         total = sum(len(s.pages) for s in running)
-        m = max(64, _bucket(total, 1 << 30))
+        m = max(64, _width_bucket(total))
         rows = np.full(m, rows_in_batch, np.int32)
         pages, starts = np.zeros(m, np.int32), np.zeros(m, np.int32)
         at = 0
