@@ -27,11 +27,32 @@ def _records(workdir):
     return records
 
 
+# Whether the rollout engine had let go of its KV pool and weights during each update.
+ENGINE_ASLEEP_IN_UPDATE: list[bool] = []
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("full"))
-    summary = train(tiny_config(), workdir, progress=False)
+    real = run_lib.update
+
+    def watched(run, *args, **kwargs):
+        engine = run.policy.engine
+        ENGINE_ASLEEP_IN_UPDATE.append(engine.asleep and engine.kv is None)
+        return real(run, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_lib, "update", watched)
+        summary = train(tiny_config(), workdir, progress=False)
     return workdir, summary
+
+
+def test_the_engine_sleeps_through_every_update(full_run):
+    # The synchronous loop frees the engine's pool for the update and publish wakes it: the
+    # held-out evaluation after the last step sampled with it.
+    _, summary = full_run
+    assert ENGINE_ASLEEP_IN_UPDATE == [True] * 4
+    assert summary["final"]["tools"]["num_episodes"] > 0
 
 
 def test_run_writes_metrics_checkpoints_and_summary(full_run):
