@@ -10,7 +10,9 @@ rounds so machine load falls on all alike:
   longtail  96 prompts, up to 256 new tokens, 32 engine slots: more requests than slots, so
             finished slots are refilled (HF generate pads all 96 to the longest)
   profile   one engine decode step of 32 rows against a plain jitted forward of 32 tokens
-            without a cache and against the FLOP floor at the measured matmul rate
+            without a cache, HF's forward of 32 tokens with its KV cache (what each step of
+            HF generate runs) and the FLOP floor at the measured matmul rate; wall and CPU
+            time (all threads), the latter steadier when other work shares the cores
 
 tok/s counts the tokens each produced (up to and including the end-of-turn token). A float32
 matmul's rate is printed beside them: absolute times only mean something with it.
@@ -53,10 +55,50 @@ def matmul_gflops(size: int = 2048) -> float:
     return 2 * size**3 / time_matmul(size, jnp.float32).wall / 1e9
 
 
+def _clocks(fn, repeats: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of fn(), each the best of ``repeats``; CPU time is the process's, all
+    threads summed."""
+    wall = cpu = float("inf")
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - w), min(cpu, time.process_time() - c)
+    return wall, cpu
+
+
+def hf_cached_step(hf, prompts: list[list[int]], context: int, repeats: int = 5
+                   ) -> tuple[float, float]:
+    """(wall, CPU) seconds of HF's forward of one token per row with its KV cache at about
+    ``context`` positions (left-padded prompts, then single-token steps up to it): what every
+    step of HF generate runs, sampling aside."""
+    import torch
+
+    width = max(map(len, prompts))
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):], mask[b, width - len(p):] = torch.tensor(p), 1
+    with torch.no_grad():
+        out = hf(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
+        cache, token = out.cache, out.logits[:, -1:].argmax(-1)
+        ones = torch.ones((len(prompts), 1), dtype=mask.dtype)
+
+        def step():
+            nonlocal out, cache, token, mask
+            mask = torch.cat([mask, ones], dim=1)
+            out = hf(input_ids=token, attention_mask=mask, cache=cache, use_cache=True)
+            cache, token = out.cache, out.logits[:, -1:].argmax(-1)
+
+        while mask.shape[1] < context:
+            step()
+        return _clocks(step, repeats)
+
+
 def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: float,
-                   steps: int = 32) -> None:
+                   steps: int = 32, hf=None) -> None:
     """One engine decode step of 32 live rows against a plain jitted forward of the same 32
-    tokens without a cache (the matmuls alone) and against the analytic FLOP floor."""
+    tokens without a cache (the matmuls alone), HF's cached forward step (with ``hf``) and
+    the analytic FLOP floor."""
     from flax import nnx
 
     from agentic_jax.rollout.engine import Engine, Request
@@ -64,21 +106,29 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
     cfg = EngineConfig(num_slots=32, page_size=16, decode_steps=steps,
                        max_seq_len=max(map(len, prompts)) + 4 * steps)
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
-    for _ in range(2):  # the first engine compiles; equal engines share its programs
+
+    def engine_run() -> Engine:
         engine = Engine(ours, cfg)
         for i, p in enumerate(prompts[:32]):
             engine.submit(Request(i, tuple(p), 4 * steps, keys[i], stop_tokens=()))
         engine.run()  # every row runs to its budget (no stop ids): 4 full round trips
-    per_step = engine.stats.decode_s / max(1, engine.stats.row_steps / 32)
+        return engine
+
+    engine_run()  # compiles; equal engines share its programs
+    c = time.process_time()
+    engine = engine_run()
+    row_steps = max(1, engine.stats.row_steps / 32)
+    per_step = engine.stats.decode_s / row_steps
+    # Prefill's share of the CPU time, apart, in proportion to its wall time.
+    total_s = engine.stats.decode_s + engine.stats.prefill_s
+    per_step_cpu = (time.process_time() - c) * engine.stats.decode_s / total_s / row_steps
     graphdef, state = nnx.split(ours)
     forward = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))
     tokens = jnp.asarray([[p[-1]] for p in prompts[:32]], jnp.int32)
     forward(state, tokens).block_until_ready()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        forward(state, tokens).block_until_ready()
-        best = min(best, time.perf_counter() - start)
+    best, best_cpu = _clocks(lambda: forward(state, tokens).block_until_ready(), 5)
+    context = (min(map(len, prompts)) + max(map(len, prompts))) // 2 + 2 * steps
+    hf_wall, hf_cpu = hf_cached_step(hf, prompts[:32], context) if hf is not None else (0, 0)
     m = ours.cfg
     head = m.hidden_size * m.vocab_size
     # Matmul parameters: all but an untied embedding table (a lookup); a tied one is the head.
@@ -91,6 +141,11 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
           f"{flops / gflops / 1e6:.0f} ms at {gflops:.0f} GFLOP/s ({flops / 1e9:.1f} GFLOP a "
           f"step, the LM head {head_share:.0%} of it); engine / plain = "
           f"{per_step / best:.2f}", flush=True)
+    print(f"CPU time a step (all threads): engine {per_step_cpu * 1e3:.0f} ms, plain jitted "
+          f"forward {best_cpu * 1e3:.0f} ms (engine / plain = {per_step_cpu / best_cpu:.2f})"
+          + (f", HF forward with its cache at {context} positions {hf_cpu * 1e3:.0f} ms "
+             f"(wall {hf_wall * 1e3:.0f} ms; HF / engine = {hf_cpu / per_step_cpu:.2f}, "
+             f"HF / plain = {hf_cpu / best_cpu:.2f})" if hf is not None else ""), flush=True)
 
 
 def run(args: argparse.Namespace, median_seconds) -> None:
@@ -113,7 +168,7 @@ def run(args: argparse.Namespace, median_seconds) -> None:
           f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s")
     for name in args.real_workloads.split(","):
         if name == "profile":
-            profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops)
+            profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf)
             continue
         w = WORKLOADS[name]
         prompts = chat_prompts(tokenizer, w["prompts"])
