@@ -27,7 +27,9 @@ Variants (the string after ``:``):
                 (README, RL on SmolLM2): multi-digit products and powers, where the tool wins;
                 GRPO, 30 steps of 8 prompts x 4 samples, one update per step, lr 5e-6.
   smollm2-135m-rl-lora  the same recipe training LoRA adapters (r=16 on every projection)
-                instead of every weight, at 10x the learning rates (warm start 1e-3, RL 5e-5).
+                instead of every weight, at 10x the learning rates (warm start 1e-3, RL 5e-5):
+                held-out code use 0.00 -> 1.00, accuracy with tools 0.12 -> 1.00 for seed 0,
+                an RL step's peak 3.4 GB against full fine-tuning's 5.0 GB (README).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
