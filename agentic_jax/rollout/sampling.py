@@ -13,6 +13,8 @@ sixth of a CPU decode step, against almost nothing here.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -75,7 +77,7 @@ def sample_tokens(
     if allowed is not None:
         logits = jnp.where(unpack_bitmask(allowed, logits.shape[-1]), logits,
                            jnp.finfo(logits.dtype).min)
-    greedy = jnp.argmax(logits, axis=-1)
+    greedy = _greedy(logits, temperature)
     temperature = jnp.asarray(temperature, jnp.float32)
     per_row = temperature.ndim == 1
     safe_t = jnp.maximum(temperature, 1e-6)
@@ -92,6 +94,17 @@ def sample_tokens(
     tokens = jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32)
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(policy, axis=-1), tokens[:, None], axis=-1)
     return tokens, logprobs[:, 0]
+
+
+def _greedy(logits: jax.Array, temperature: float | jax.Array) -> jax.Array:
+    """argmax per row, computed only when some row is greedy (temperature <= 0): over a 49k
+    vocabulary the argmax was 4% of a CPU decode step that samples every row."""
+    argmax = functools.partial(jnp.argmax, logits, axis=-1)
+    if isinstance(temperature, (int, float)):
+        return argmax() if temperature <= 0 else jnp.zeros(logits.shape[:1], jnp.int32)
+    return jax.lax.cond(jnp.any(jnp.asarray(temperature) <= 0),
+                        lambda: argmax().astype(jnp.int32),
+                        lambda: jnp.zeros(logits.shape[:1], jnp.int32))
 
 
 # Vocabulary entries per block of the two-level search: the cumulative sums run over ~V / 256

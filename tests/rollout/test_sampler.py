@@ -182,3 +182,17 @@ def test_bad_arguments(model):
         Sampler(model, max_len=16).prefill([[1], []])
     with pytest.raises(ValueError, match="max_len"):
         Sampler(model, max_len=4).prefill([[1, 2, 3, 4, 5]])
+
+
+def test_per_row_greedy_rows_take_the_argmax_under_jit():
+    """A traced per-row temperature: rows at 0 take the argmax (computed only when some row
+    is greedy), the others sample; with no greedy row the sampled tokens are unchanged."""
+    logits = jax.random.normal(jax.random.key(3), (4, 300)) * 3
+    keys = jax.random.split(jax.random.key(4), 4)
+    draw = jax.jit(lambda t: sample_tokens(logits, keys, temperature=t)[0])
+    mixed = draw(jnp.asarray([0.0, 1.0, 0.0, 1.0]))
+    sampled = draw(jnp.ones(4))
+    argmax = jnp.argmax(logits, axis=-1)
+    assert mixed[0] == argmax[0] and mixed[2] == argmax[2]
+    assert mixed[1] == sampled[1] and mixed[3] == sampled[3]
+    assert not jnp.array_equal(sampled, argmax)
