@@ -27,18 +27,21 @@ def _records(workdir):
     return records
 
 
-# Whether the rollout engine had let go of its KV pool and weights during each update.
-ENGINE_ASLEEP_IN_UPDATE: list[bool] = []
+@pytest.fixture(scope="module")
+def engine_asleep_in_update() -> list[bool]:
+    """Whether the rollout engine had let go of its KV pool and weights, for each update of
+    `full_run`."""
+    return []
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run(tmp_path_factory, engine_asleep_in_update):
     workdir = str(tmp_path_factory.mktemp("full"))
     real = run_lib.update
 
     def watched(run, *args, **kwargs):
         engine = run.policy.engine
-        ENGINE_ASLEEP_IN_UPDATE.append(engine.asleep and engine.kv is None)
+        engine_asleep_in_update.append(engine.asleep and engine.kv is None)
         return real(run, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
@@ -47,11 +50,11 @@ def full_run(tmp_path_factory):
     return workdir, summary
 
 
-def test_the_engine_sleeps_through_every_update(full_run):
+def test_the_engine_sleeps_through_every_update(full_run, engine_asleep_in_update):
     # The synchronous loop frees the engine's pool for the update and publish wakes it: the
     # held-out evaluation after the last step sampled with it.
     _, summary = full_run
-    assert ENGINE_ASLEEP_IN_UPDATE == [True] * 4
+    assert engine_asleep_in_update == [True] * 4
     assert summary["final"]["tools"]["num_episodes"] > 0
 
 
