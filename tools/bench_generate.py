@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "workloads instead (tools/bench_generate_real.py)")
     parser.add_argument("--real_workloads", default="chat,longtail",
                         help="--model: comma-separated subset of chat,longtail,profile")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="--model: what HF and the engine both compute in")
     parser.add_argument("--real_cap", type=int, default=0,
                         help="--model: new-token cap (0: the workload's own, 128 / 256)")
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")

@@ -14,7 +14,8 @@ rounds so machine load falls on all alike:
             HF generate runs) and the FLOP floor at the measured matmul rate; wall and CPU
             time (all threads), the latter steadier when other work shares the cores
 
-tok/s counts the tokens each produced (up to and including the end-of-turn token). A float32
+`--dtype=bfloat16` loads both HF and our model in bfloat16 (the engine then computes and keeps
+its KV cache in it). tok/s counts the tokens each produced (up to and including the end-of-turn token). A float32
 matmul's rate is printed beside them: absolute times only mean something with it.
 """
 
@@ -159,11 +160,12 @@ def run(args: argparse.Namespace, median_seconds) -> None:
     torch.set_num_threads(args.torch_threads)
     directory = checkpoint_dir(args.model, "") or args.model
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-    ours = from_pretrained(directory, dtype="float32")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, dtype=getattr(torch, args.dtype)).eval()
+    ours = from_pretrained(directory, dtype=args.dtype)
     stops = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     gflops = matmul_gflops()
-    print(f"model {args.model} ({directory}); jax {jax.__version__} on "
+    print(f"model {args.model} ({directory}) in {args.dtype}; jax {jax.__version__} on "
           f"{jax.devices()[0].platform}, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s")
     for name in args.real_workloads.split(","):

@@ -171,7 +171,8 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         advantage=read_group(AdvantageConfig, r, "rl"),
         filters=read_group(FilterConfig, r, "rl"),
         off_policy=read_group(OffPolicyConfig, r, "rl",
-                              **resolve_off_policy(r, rl, staleness, model).values),
+                              **resolve_off_policy(r, rl, staleness, model,
+                                                 ro.get("dtype", "auto")).values),
         staleness=staleness,
         reward=read_group(RewardConfig, r, "rl",
                           use_verification=rl.reward_check == "verify"),
@@ -204,13 +205,14 @@ class OffPolicyChoice(NamedTuple):
 
 
 def resolve_off_policy(r: Any, rl: RLConfig, staleness: StalenessConfig,
-                       model: ModelSpec) -> OffPolicyChoice:
+                       model: ModelSpec, sampler_dtype: str = "auto") -> OffPolicyChoice:
     """``rl.is_level="auto"`` (group ``r``): token-level truncated importance weights (cap
     ``rl.is_cap``, else AUTO_IS_CAP) when the sampler's policy can differ from the trainer's,
     "none" when it cannot. They differ when rollouts overlap updates (``rl.async_mode`` other
     than sync with ``rollout.max_staleness`` > 0: tokens up to that many versions old) or the
     forward runs below float32 (the engine's paged decode and the trainer's full forward round
-    differently enough to matter). Sampler devices of their own (``mesh.rollout_devices``) get
+    differently enough to matter), or the sampler alone does (``rollout.dtype``,
+    ``sampler_dtype`` here). Sampler devices of their own (``mesh.rollout_devices``) get
     the trainer's weights after every update, so they alone do not count."""
     from agentic_jax.rl.off_policy import IS_LEVELS
 
@@ -224,6 +226,8 @@ def resolve_off_policy(r: Any, rl: RLConfig, staleness: StalenessConfig,
                f"rollout.max_staleness={staleness.max_staleness} updates old")
     elif model.dtype != "float32":
         why = f"model.dtype={model.dtype!r}: the sampler and the trainer round differently"
+    elif sampler_dtype not in ("auto", model.dtype):
+        why = f"rollout.dtype={sampler_dtype!r}: the sampler rounds below the trainer"
     else:
         return OffPolicyChoice({"is_level": "none"}, "off-policy correction: rl.is_level=auto "
                                "-> 'none' (the sampler has the trainer's weights)")

@@ -41,15 +41,21 @@ def dense(x: jax.Array, kernel: jax.Array, *, in_dims: int = 1,
 
     Runs as one 2-D matmul over flattened rows: for a rank-3 dot_general XLA:CPU lays the weight
     gradient out through an explicit transpose that costs a quarter of a small model's train
-    step; on GPU and TPU the reshapes are free.
+    step; on GPU and TPU the reshapes are free. 16-bit operands accumulate in float32 and the
+    result is cast back (what GPU and TPU matmuls do anyway): XLA:CPU has no bfloat16-output
+    matmul and would otherwise convert both operands, the weight included, to float32 first.
     """
     lead, k_in, k_out = x.shape[: x.ndim - in_dims], kernel.shape[:in_dims], kernel.shape[in_dims:]
     if x.shape[x.ndim - in_dims :] != k_in:
         raise ValueError(f"dense: x {x.shape} does not contract with kernel {kernel.shape}")
     rows = x.reshape(-1, math.prod(k_in))
+    result_dtype = preferred_element_type or jnp.result_type(x, kernel)
+    if preferred_element_type is None and jnp.dtype(result_dtype).itemsize < 4 and \
+            jnp.issubdtype(result_dtype, jnp.floating):
+        preferred_element_type = jnp.float32
     out = jnp.dot(rows, kernel.reshape(math.prod(k_in), -1),
                   preferred_element_type=preferred_element_type)
-    return out.reshape(*lead, *k_out)
+    return out.reshape(*lead, *k_out).astype(result_dtype)
 
 
 def fan_in_init(in_axis: int | tuple[int, ...], out_axis: int | tuple[int, ...]) -> Initializer:

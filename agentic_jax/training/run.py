@@ -55,7 +55,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     began = time.perf_counter()
     cfg = read_config(config)
     rundir.check_same_model(config, workdir)
-    off_policy = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model)
+    off_policy = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model,
+                                    cfg.engine.dtype)
     run, state = build_run(cfg)
     checkpointer = None
     try:

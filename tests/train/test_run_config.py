@@ -189,6 +189,8 @@ def test_no_record_and_no_config_is_an_error(tmp_path):
     ({"rl.async_mode": "fully_async", "rollout.max_staleness": 0}, "none", 0.0),
     ({"rl.async_mode": "one_step_off", "rl.is_cap": 3.0}, "token", 3.0),
     ({"model.dtype": "bfloat16"}, "token", 2.0),
+    ({"rollout.dtype": "bfloat16"}, "token", 2.0),  # a float32 policy sampled in bfloat16
+    ({"rollout.dtype": "float32"}, "none", 0.0),
     ({"mesh.rollout_devices": 2}, "none", 0.0),  # the sampler gets every update's weights
     ({"rl.async_mode": "fully_async", "rl.is_level": "none"}, "none", 0.0),
     ({"rl.async_mode": "fully_async", "rl.is_level": "sequence"}, "sequence", 0.0),
@@ -201,7 +203,7 @@ def test_auto_off_policy_is_on_when_the_sampler_can_differ(overrides, level, cap
     assert math_ppo.get_config().rl.is_level == "auto" == tiny_config().rl.is_level
     cfg = read_config(config)
     assert (cfg.off_policy.is_level, cfg.off_policy.is_cap) == (level, cap)
-    line = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model).line
+    line = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model, cfg.engine.dtype).line
     if config.rl.is_level == "auto":
         assert line.startswith(f"off-policy correction: rl.is_level=auto -> {level!r}"), line
     else:

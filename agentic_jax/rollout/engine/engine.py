@@ -10,6 +10,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from agentic_jax.errors import UserError
+from agentic_jax.rollout.engine.paged_model import with_dtype
 from agentic_jax.rollout.engine.pages import PagePool, page_bytes, pool_size
 from agentic_jax.rollout.engine.runner import ModelRunner
 from agentic_jax.rollout.engine.scheduler import Scheduler
@@ -59,6 +60,7 @@ class Engine:
 
     def _build(self, graphdef, params, model_cfg, cfg: EngineConfig,
                mesh: Mesh | None = None) -> None:
+        graphdef, model_cfg = with_dtype(graphdef, params, model_cfg, cfg.dtype)
         ps = cfg.page_size
         max_pages = -(-(cfg.max_seq_len + cfg.decode_steps) // ps) + 1
         pages = pool_size(model_cfg, page_size=ps, kv_pages=cfg.kv_pages,

@@ -16,6 +16,7 @@ engines of equal models share compilations and decoding allocates no new cache m
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -37,9 +38,72 @@ from agentic_jax.models.rope import rope_inverse_frequencies
 from agentic_jax.rollout.sampling import sample_tokens
 
 
+def as_bits(x: jax.Array) -> jax.Array:
+    """bfloat16 -> its uint16 bit pattern on CPU; anything else unchanged. XLA:CPU has no
+    bfloat16 scatter, gather or dynamic slice: around each one it converts the whole operand to
+    float32 and back (the KV pool of every layer at each layer's write, the stacked weights at
+    each call), which made a bfloat16 decode step ten times slower than a float32 one. On bit
+    patterns they are plain copies; on GPU / TPU nothing changes."""
+    if x.dtype == jnp.bfloat16 and jax.default_backend() == "cpu":
+        return jax.lax.bitcast_convert_type(x, jnp.uint16)
+    return x
+
+
+def from_bits(x: jax.Array) -> jax.Array:
+    """The inverse of `as_bits`: uint16 holds bfloat16 bit patterns (no weight is uint16)."""
+    return jax.lax.bitcast_convert_type(x, jnp.bfloat16) if x.dtype == jnp.uint16 else x
+
+
+def with_dtype(graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig, dtype: str
+               ) -> tuple[nnx.GraphDef, ModelConfig]:
+    """The graph definition and config of the same model computing in ``dtype`` and keeping
+    its weights in it ("auto": the model's own settings), e.g. a float32 policy sampled in
+    bfloat16; its weights are `engine_weights`."""
+    if dtype == "auto" or dtype == cfg.dtype == cfg.param_dtype:
+        return graphdef, cfg
+    new_cfg = dataclasses.replace(cfg, dtype=dtype, param_dtype=dtype)
+    model_type = type(nnx.merge(graphdef, params))
+    new_graphdef, abstract = nnx.split(nnx.eval_shape(lambda: model_type(new_cfg,
+                                                                         rngs=nnx.Rngs(0))))
+    if jax.tree.structure(abstract) != jax.tree.structure(params):
+        raise ValueError(f"rollout engine: cannot compute {model_type.__name__} in {dtype}: "
+                         f"its state does not rebuild from its config")
+    return new_graphdef, new_cfg
+
+
+def engine_weights(params: nnx.State, cfg: ModelConfig) -> nnx.State:
+    """The weights as the engine's programs take them: floating ones in ``cfg``'s parameter
+    dtype, stored as `as_bits` (converted once per `update_params`, not in every call)."""
+    def prepare(x):
+        if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != cfg.weight_dtype:
+            x = x.astype(cfg.weight_dtype)
+        return as_bits(x)
+
+    return jax.tree.map(prepare, params)
+
+
+def head_weights(weights: nnx.State, cfg: ModelConfig) -> jax.Array | None:
+    """A 16-bit tied LM head as its own [E, V] matrix (`as_bits`), or None (the model's head).
+    XLA:CPU has no bfloat16 matmul against a transposed operand: through ``embed.T`` it widens
+    the whole table to float32 in every call and multiplies in float32."""
+    if (not cfg.tie_word_embeddings or jnp.dtype(cfg.compute_dtype).itemsize >= 4
+            or jax.default_backend() != "cpu"):
+        return None
+    return as_bits(jnp.transpose(from_bits(weights["embed"][...])).astype(cfg.compute_dtype))
+
+
+def _merge(graphdef: nnx.GraphDef, weights: nnx.State):
+    """The model over `engine_weights`: all but the stacked blocks and the embedding back in
+    their dtype (`forward_paged` unpacks a layer at a time inside its scan, and the embedded
+    rows; a 16-bit tied head is read from `head_weights` on CPU)."""
+    unpacked = {name: sub if name in ("blocks", "embed") else jax.tree.map(from_bits, sub)
+                for name, sub in weights.items()}
+    return nnx.merge(graphdef, nnx.State(unpacked))
+
+
 @struct.dataclass
 class PagedKV:
-    """k, v: [L, Hkv, P, page_size, D] in the model's compute dtype."""
+    """k, v: [L, Hkv, P, page_size, D] in the model's compute dtype (stored as `as_bits`)."""
 
     k: jax.Array
     v: jax.Array
@@ -60,8 +124,8 @@ def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int,
     shape = (cfg.num_layers, cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
 
     def zeros() -> PagedKV:
-        return PagedKV(k=jnp.zeros(shape, cfg.compute_dtype),
-                       v=jnp.zeros(shape, cfg.compute_dtype))
+        return PagedKV(k=as_bits(jnp.zeros(shape, cfg.compute_dtype)),
+                       v=as_bits(jnp.zeros(shape, cfg.compute_dtype)))
 
     if mesh is None:
         return zeros()
@@ -118,19 +182,21 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
     offset = positions % page_size
     inv_freq = rope_inverse_frequencies(cfg)
     graphdef, block_state = nnx.split(model.blocks)
+    leaves, treedef = jax.tree.flatten(block_state)
 
     def body(carry, layer_inputs):
         x, pool_k, pool_v = carry
-        layer_state, layer = layer_inputs
-        block = nnx.merge(graphdef, layer_state)
+        layer_leaves, layer = layer_inputs
+        block = nnx.merge(graphdef, jax.tree.unflatten(treedef, map(from_bits, layer_leaves)))
         attn = block.attn
         h = block.attn_norm(x)
         # The block's own projections (bias, q/k norm, RoPE scaling, LoRA), attention over pages.
         q = attn._rope(attn._project(h, "q", True), "q", positions, inv_freq)
         k = attn._rope(attn._project(h, "k", True), "k", positions, inv_freq)
         v = attn._project(h, "v", True)
-        pool_k = pool_k.at[layer, :, page, offset].set(k.astype(pool_k.dtype), mode="drop")
-        pool_v = pool_v.at[layer, :, page, offset].set(v.astype(pool_v.dtype), mode="drop")
+        k, v = as_bits(k.astype(cfg.compute_dtype)), as_bits(v.astype(cfg.compute_dtype))
+        pool_k = pool_k.at[layer, :, page, offset].set(k, mode="drop")
+        pool_v = pool_v.at[layer, :, page, offset].set(v, mode="drop")
         if pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
             out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, pairs, positions[:, 0],
                                               layer=layer)[:, None]
@@ -148,17 +214,17 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
         x = x + block.mlp(block.mlp_norm(x))
         return (x, pool_k, pool_v), None
 
-    x = model.embed[...].astype(cfg.compute_dtype)[tokens]
+    x = from_bits(as_bits(model.embed[...])[tokens]).astype(cfg.compute_dtype)
     layers = jnp.arange(cfg.num_layers)
     (x, pool_k, pool_v), _ = jax.lax.scan(
-        body, (x, kv.k, kv.v), (block_state, layers),
+        body, (x, kv.k, kv.v), ([as_bits(leaf) for leaf in leaves], layers),  # (engine_weights are)
         unroll=min(cfg.scan_unroll, cfg.num_layers))
     return model.final_norm(x), PagedKV(k=pool_k, v=pool_v)
 
 
 def _prefill(graphdef, params, kv: PagedKV, tokens, start, chunk_lens, block_tables) -> PagedKV:
     """Writes K/V of tokens [R, C] (row r's first chunk_lens[r], from position start[r])."""
-    model = nnx.merge(graphdef, params)
+    model = _merge(graphdef, params)
     width = tokens.shape[1]
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)
     valid = jnp.arange(width)[None, :] < chunk_lens[:, None]
@@ -167,14 +233,14 @@ def _prefill(graphdef, params, kv: PagedKV, tokens, start, chunk_lens, block_tab
 
 
 def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs: PagePairs,
-            temperature, top_p, return_after, allowed=None, *, num_steps: int, top_k: int,
-            use_filter: bool, attention_impl: str) -> DecodeOut:
+            temperature, top_p, return_after, allowed=None, head=None, *, num_steps: int,
+            top_k: int, use_filter: bool, attention_impl: str) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
     ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
     ``allowed``: optional int32 [S, ceil(V / 32)] allowed-token bitmasks (see `sample_tokens`),
     the same at every step (the engine passes one with ``num_steps=1``); None compiles the
-    unmasked program.
+    unmasked program. ``head``: `head_weights`, the LM head when it is not None.
 
     Attention reads ``pairs`` (every page of every live slot, covering the whole round trip)
     when ``attention_impl`` is "xla", the block tables otherwise.
@@ -182,7 +248,7 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
     A slot stops after a stop id or when its budget is spent. The loop ends early once
     ``return_after`` slots have stopped (so the host can refill them) or none is live.
     """
-    model = nnx.merge(graphdef, params)
+    model = _merge(graphdef, params)
     use_pairs = pairs if attention_impl == "xla" else None
     num_slots = slots.live.shape[0]
     zeros = jnp.zeros((num_slots, num_steps))
@@ -198,7 +264,10 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
         hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
                                    st.live[:, None], kv, block_tables,
                                    decode_impl=attention_impl, pairs=use_pairs)
-        logits = model.head_logits(hidden)[:, 0]
+        if head is None:
+            logits = model.head_logits(hidden)[:, 0]
+        else:
+            logits = dense(hidden[:, 0], from_bits(head), preferred_element_type=jnp.float32)
         values = model.head_values(hidden)
         values = jnp.zeros((num_slots,)) if values is None else values[:, 0]
         keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)

@@ -50,13 +50,27 @@ class ModelRunner:
 
     def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, model_cfg: ModelConfig,
                  cfg: EngineConfig, num_pages: int, max_pages: int, mesh: Mesh | None = None):
-        self.graphdef, self.params, self.model_cfg = graphdef, params, model_cfg
+        # graphdef / model_cfg: the model as the engine computes it (`paged_model.with_dtype`).
+        self.graphdef, self.model_cfg = graphdef, model_cfg
+        self.params = params
         self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
         self.num_pages, self.max_pages = num_pages, max_pages
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.mesh = mesh
         self.kv: pm.PagedKV | None = pm.init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+
+    @property
+    def params(self) -> nnx.State | None:
+        """The weights as given (`Engine.update_params`); the programs read `engine_weights`
+        of them, converted once here."""
+        return self._params
+
+    @params.setter
+    def params(self, params: nnx.State | None) -> None:
+        self._params = params
+        self._weights = None if params is None else pm.engine_weights(params, self.model_cfg)
+        self._head = None if params is None else pm.head_weights(self._weights, self.model_cfg)
 
     def sleep(self) -> None:
         """Lets go of the pool and the weights (`Engine.sleep`)."""
@@ -105,7 +119,7 @@ class ModelRunner:
                                                                 len(chunk.tokens))
             used = chunk.pages[:table_w]
             tables[r, :len(used)] = used
-        self.kv = pm.prefill_jit(self.graphdef, self.params, self.kv, tokens, start, lens, tables)
+        self.kv = pm.prefill_jit(self.graphdef, self._weights, self.kv, tokens, start, lens, tables)
         jax.block_until_ready(self.kv)
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
@@ -130,8 +144,8 @@ class ModelRunner:
         allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
         temperature, top_p, use_filter = _row_sampling(running, n, sampling)
         out = pm.decode_jit(
-            self.graphdef, self.params, self.kv, slots, tables, self._pairs(running, n),
-            temperature, top_p, jnp.int32(1 if return_early else n + 1), allowed,
+            self.graphdef, self._weights, self.kv, slots, tables, self._pairs(running, n),
+            temperature, top_p, jnp.int32(1 if return_early else n + 1), allowed, self._head,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
             use_filter=use_filter, attention_impl=self.decode_impl)
         self.kv = out.kv

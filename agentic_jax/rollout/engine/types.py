@@ -52,6 +52,10 @@ class EngineConfig:
     prefill_tokens_per_step: prefill calls per step continue until this many context tokens
       are written (or none is left), then the step decodes.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
+    dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
+      "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
+      about half the memory traffic of a decode step; the trainer recomputes log-probs in its
+      own dtype, and the update's `logprob_mismatch` metric shows the difference).
     sampling: temperature / top-p / top-k of requests that set none (top-k: of all requests).
     """
 
@@ -65,6 +69,7 @@ class EngineConfig:
     prefill_rows: int = 4
     prefill_tokens_per_step: int = 2048
     attention_impl: str = "auto"
+    dtype: str = "auto"
     sampling: SamplingParams = SamplingParams()
 
     def __post_init__(self):
@@ -78,6 +83,8 @@ class EngineConfig:
             raise ValueError(f"kv_pages must be positive, got {self.kv_pages}")
         if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
             raise ValueError(f"kv_cache_mb must be positive, got {self.kv_cache_mb}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be auto/float32/bfloat16, got {self.dtype!r}")
         if self.attention_impl not in ("xla", "pallas", "auto"):
             raise ValueError(f"attention_impl must be xla/pallas/auto, got "
                              f"{self.attention_impl!r}")
