@@ -34,12 +34,20 @@ _PAGES_PER_BLOCK = 8   # pages loaded per inner step of either kernel
 _GPU_MAX_SPLITS = 16       # split-K partitions over a row's pages
 
 
-def _as_compute(pages: jax.Array, dtype) -> jax.Array:
-    """Gathered pages in ``dtype``. uint16 pages hold bfloat16 bit patterns (the rollout
-    engine's pool on CPU, where XLA has no bfloat16 scatter or gather)."""
-    if pages.dtype == jnp.uint16:
-        pages = jax.lax.bitcast_convert_type(pages, jnp.bfloat16)
-    return pages.astype(dtype)
+def as_bits(x: jax.Array) -> jax.Array:
+    """bfloat16 -> its uint16 bit pattern on CPU; anything else unchanged. XLA:CPU has no
+    bfloat16 scatter, gather or dynamic slice: around each one it converts the whole operand to
+    float32 and back (the KV pool of every layer at each layer's write, the stacked weights at
+    each call), which made a bfloat16 decode step ten times slower than a float32 one. On bit
+    patterns they are plain copies; on GPU / TPU nothing changes."""
+    if x.dtype == jnp.bfloat16 and jax.default_backend() == "cpu":
+        return jax.lax.bitcast_convert_type(x, jnp.uint16)
+    return x
+
+
+def from_bits(x: jax.Array) -> jax.Array:
+    """The inverse of `as_bits`: uint16 holds bfloat16 bit patterns (no weight is uint16)."""
+    return jax.lax.bitcast_convert_type(x, jnp.bfloat16) if x.dtype == jnp.uint16 else x
 
 
 def gather_pages(pages: jax.Array, block_tables: jax.Array) -> jax.Array:
@@ -69,8 +77,8 @@ def paged_attention_xla(
     if num_heads % num_kv_heads or k_pages.shape[-1] != dim:
         raise ValueError(f"paged attention: q {q.shape} does not match pages {k_pages.shape}")
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
-    keys = _as_compute(gather_pages(k_pages, block_tables), q.dtype)
-    values = _as_compute(gather_pages(v_pages, block_tables), q.dtype)
+    keys = from_bits(gather_pages(k_pages, block_tables)).astype(q.dtype)
+    values = from_bits(gather_pages(v_pages, block_tables)).astype(q.dtype)
     q_grouped = q.reshape(batch, q_len, num_kv_heads, num_heads // num_kv_heads, dim)
     scores = jnp.einsum("btkgd,kbsd->bkgts", q_grouped, keys, preferred_element_type=jnp.float32)
     kv_positions = jnp.arange(keys.shape[2])
@@ -128,7 +136,7 @@ def ragged_decode_attention_xla(
         values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
     else:
         keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
-    keys, values = _as_compute(keys, q.dtype), _as_compute(values, q.dtype)
+    keys, values = from_bits(keys).astype(q.dtype), from_bits(values).astype(q.dtype)
     scores = jnp.einsum("mkgd,mksd->mkgs", q_pairs, keys,
                         preferred_element_type=jnp.float32) * sm_scale
     kv_pos = pairs.starts[:, None] + jnp.arange(page_size)                     # [M, ps]

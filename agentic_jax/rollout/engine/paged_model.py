@@ -26,6 +26,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from agentic_jax.kernels.paged_attention import (
     PagePairs,
+    as_bits,
+    from_bits,
     paged_attention_xla,
     paged_decode_attention,
     ragged_decode_attention_xla,
@@ -36,22 +38,6 @@ from agentic_jax.models.lora import adapter_output
 from agentic_jax.models.partitioning import logical_to_mesh_spec
 from agentic_jax.models.rope import rope_inverse_frequencies
 from agentic_jax.rollout.sampling import sample_tokens
-
-
-def as_bits(x: jax.Array) -> jax.Array:
-    """bfloat16 -> its uint16 bit pattern on CPU; anything else unchanged. XLA:CPU has no
-    bfloat16 scatter, gather or dynamic slice: around each one it converts the whole operand to
-    float32 and back (the KV pool of every layer at each layer's write, the stacked weights at
-    each call), which made a bfloat16 decode step ten times slower than a float32 one. On bit
-    patterns they are plain copies; on GPU / TPU nothing changes."""
-    if x.dtype == jnp.bfloat16 and jax.default_backend() == "cpu":
-        return jax.lax.bitcast_convert_type(x, jnp.uint16)
-    return x
-
-
-def from_bits(x: jax.Array) -> jax.Array:
-    """The inverse of `as_bits`: uint16 holds bfloat16 bit patterns (no weight is uint16)."""
-    return jax.lax.bitcast_convert_type(x, jnp.bfloat16) if x.dtype == jnp.uint16 else x
 
 
 def with_dtype(graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig, dtype: str
