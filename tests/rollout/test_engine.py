@@ -248,3 +248,48 @@ def test_sleep_frees_the_pool_and_a_woken_engine_samples_as_before(model, baseli
         assert events[i].tokens == e.tokens
         np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-4)
     assert engine.pool.in_use == 0
+
+
+@pytest.mark.parametrize("pairs", [False, True], ids=["chunk", "decode-pairs"])
+def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, pairs):
+    # On CPU the engine's programs read `engine_weights(...).layers` unrolled; on GPU / TPU the
+    # stacked blocks in a scan. Both must give the same hidden states and write the same pool.
+    import jax.numpy as jnp
+
+    from agentic_jax.kernels.paged_attention import PagePairs
+    from agentic_jax.rollout.engine import paged_model as pm
+
+    graphdef, state = nnx.split(model)
+    weights = pm.engine_weights(state, CFG)
+    if jax.default_backend() == "cpu":
+        assert len(weights.layers) == CFG.num_layers
+        assert all(leaf.size == 0 for leaf in jax.tree.leaves(weights.state["blocks"]))
+    layers = weights.layers or tuple(
+        tuple(leaf[i] for leaf in jax.tree.leaves(state["blocks"])) for i in range(CFG.num_layers))
+    kv = pm.init_paged_kv(CFG, num_pages=8, page_size=4)
+    tables = jnp.asarray([[0, 1, 2, 3], [4, 5, 6, 7]], jnp.int32)
+    if pairs:   # one token a row after a 10- and a 5-token history already in the pool
+        rng = np.random.default_rng(0)
+        kv = pm.PagedKV(k=jnp.asarray(rng.standard_normal(kv.k.shape), kv.k.dtype),
+                        v=jnp.asarray(rng.standard_normal(kv.v.shape), kv.v.dtype))
+        tokens, positions = jnp.asarray([[7], [9]]), jnp.asarray([[10], [5]])
+        page_pairs = PagePairs(rows=jnp.asarray([0, 0, 0, 1, 1, 2]),
+                               pages=jnp.asarray([0, 1, 2, 4, 5, 0]),
+                               starts=jnp.asarray([0, 4, 8, 0, 4, 0]))
+    else:
+        tokens = jnp.asarray(_RNG.integers(3, 64, (2, 6)))
+        positions, page_pairs = jnp.broadcast_to(jnp.arange(6), (2, 6)), None
+    valid = jnp.ones(tokens.shape, bool)
+
+    @jax.jit
+    def run(kv, layers):
+        m = nnx.merge(graphdef, state) if layers is None else pm._merge(graphdef, weights)
+        return pm.forward_paged(m, tokens, positions, valid, kv, tables, pairs=page_pairs,
+                                layers=layers)
+
+    stacked_hidden, stacked_kv = run(kv, None)
+    split_hidden, split_kv = run(kv, layers)
+    np.testing.assert_allclose(split_hidden, stacked_hidden, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(split_kv.k, stacked_kv.k, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(split_kv.v, stacked_kv.v, rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(split_kv.k - kv.k).max()) > 0        # the tokens' K/V were written

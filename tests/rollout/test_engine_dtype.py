@@ -118,14 +118,20 @@ def test_bfloat16_decode_never_widens_the_pool_or_the_weights(model):
     finally:
         pm.decode_jit = decode
     wide = _float32_shapes(captured["hlo"])
-    # The pool, the embedding and every stacked matrix (norm scales are widened, and small).
-    weights = jax.tree_util.tree_leaves_with_path(runner._weights)
-    assert runner._head.shape == (128, 512)            # the tied head, transposed
-    for name, array in [("pool", runner.kv.k), ("head", runner._head), *[
-            (jax.tree_util.keystr(path), leaf) for path, leaf in weights if leaf.ndim >= 2
-            and not (leaf.ndim == 2 and "blocks" in jax.tree_util.keystr(path))]]:
+    # The pool, the embedding, the head and every weight matrix of every layer (norm scales are
+    # widened, and small).
+    weights = runner._weights
+    assert weights.head.shape == (128, 512)            # the tied head, transposed
+    assert len(weights.layers) == cfg.num_layers       # split one array a layer on CPU
+    checked = [("pool", runner.kv.k), ("head", weights.head)]
+    checked += [(jax.tree_util.keystr(path), leaf)
+                for path, leaf in jax.tree_util.tree_leaves_with_path(weights.state)]
+    checked += [(f"layer {i}", leaf) for i, layer in enumerate(weights.layers) for leaf in layer]
+    for name, array in checked:
+        if array.ndim < 2:
+            continue
         shape = tuple(array.shape)
-        layer = shape[1:] if "blocks" in name or name == "pool" else shape
+        layer = shape[1:] if name == "pool" else shape
         assert shape not in wide and layer not in wide, f"{name} {shape} is widened"
 
 

@@ -57,33 +57,63 @@ def with_dtype(graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig, dtyp
     return new_graphdef, new_cfg
 
 
-def engine_weights(params: nnx.State, cfg: ModelConfig) -> nnx.State:
+class EngineWeights(NamedTuple):
+    """The weights as the engine's programs take them (`engine_weights`).
+
+    state: the model's state, floating weights in the engine's dtype as `as_bits`; its stacked
+      blocks are empty placeholders when ``layers`` holds them.
+    layers: on CPU, the blocks' leaves one layer at a time (a tuple per layer, in the order of
+      the stacked state's leaves); None elsewhere.
+    head: a 16-bit tied LM head as its own [E, V] matrix (`head_weights`), or None.
+    """
+
+    state: nnx.State
+    layers: tuple[tuple[jax.Array, ...], ...] | None
+    head: jax.Array | None
+
+
+def engine_weights(params: nnx.State, cfg: ModelConfig) -> EngineWeights:
     """The weights as the engine's programs take them: floating ones in ``cfg``'s parameter
-    dtype, stored as `as_bits` (converted once per `update_params`, not in every call)."""
+    dtype, stored as `as_bits`, converted once per `update_params`, not in every call.
+
+    On CPU the stacked blocks are split into one array per layer, and the programs run the
+    layers unrolled: XLA:CPU copies a layer's slice of a stacked weight out of the stack before
+    a matmul reads it (a dynamic slice inside a scan and a static slice unrolled alike), which
+    was a sixth of a SmolLM2 decode step; a separate array is read in place. The split costs a
+    copy of the blocks while the engine holds weights (`sleep` drops it). On GPU / TPU the scan
+    over the stack stays.
+    """
     def prepare(x):
         if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != cfg.weight_dtype:
             x = x.astype(cfg.weight_dtype)
         return as_bits(x)
 
-    return jax.tree.map(prepare, params)
+    state = jax.tree.map(prepare, params)
+    head = head_weights(state, cfg)
+    if jax.default_backend() != "cpu":
+        return EngineWeights(state, None, head)
+    stacked = jax.tree.leaves(state["blocks"])
+    layers = tuple(tuple(leaf[i] for leaf in stacked) for i in range(cfg.num_layers))
+    state["blocks"] = jax.tree.map(lambda x: jnp.zeros((0,), x.dtype), state["blocks"])
+    return EngineWeights(state, layers, head)
 
 
-def head_weights(weights: nnx.State, cfg: ModelConfig) -> jax.Array | None:
+def head_weights(state: nnx.State, cfg: ModelConfig) -> jax.Array | None:
     """A 16-bit tied LM head as its own [E, V] matrix (`as_bits`), or None (the model's head).
     XLA:CPU has no bfloat16 matmul against a transposed operand: through ``embed.T`` it widens
     the whole table to float32 in every call and multiplies in float32."""
     if (not cfg.tie_word_embeddings or jnp.dtype(cfg.compute_dtype).itemsize >= 4
             or jax.default_backend() != "cpu"):
         return None
-    return as_bits(jnp.transpose(from_bits(weights["embed"][...])).astype(cfg.compute_dtype))
+    return as_bits(jnp.transpose(from_bits(state["embed"][...])).astype(cfg.compute_dtype))
 
 
-def _merge(graphdef: nnx.GraphDef, weights: nnx.State):
-    """The model over `engine_weights`: all but the stacked blocks and the embedding back in
-    their dtype (`forward_paged` unpacks a layer at a time inside its scan, and the embedded
-    rows; a 16-bit tied head is read from `head_weights` on CPU)."""
+def _merge(graphdef: nnx.GraphDef, weights: EngineWeights):
+    """The model over `engine_weights`: all but the blocks and the embedding back in their
+    dtype (`forward_paged` unpacks a layer at a time, and the embedded rows; a 16-bit tied
+    head is read from ``weights.head`` on CPU)."""
     unpacked = {name: sub if name in ("blocks", "embed") else jax.tree.map(from_bits, sub)
-                for name, sub in weights.items()}
+                for name, sub in weights.state.items()}
     return nnx.merge(graphdef, nnx.State(unpacked))
 
 
@@ -154,8 +184,12 @@ def resolve_decode_impl(impl: str) -> str:
 
 
 def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
-                  decode_impl: str | None = None, pairs: PagePairs | None = None):
+                  decode_impl: str | None = None, pairs: PagePairs | None = None,
+                  layers: tuple[tuple[jax.Array, ...], ...] | None = None):
     """tokens / positions int32 [B, T], valid bool [B, T] -> (hidden [B, T, E], kv).
+
+    The blocks' weights: ``layers`` (`EngineWeights.layers`, run unrolled) when given, else the
+    model's stacked blocks in a scan.
 
     Valid tokens write their K/V at their positions; invalid ones write nothing. Attention: over
     the block tables for a chunk (T >= 1); for a decode step (T == 1) over the page ``pairs``
@@ -169,6 +203,9 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
     inv_freq = rope_inverse_frequencies(cfg)
     graphdef, block_state = nnx.split(model.blocks)
     leaves, treedef = jax.tree.flatten(block_state)
+    if layers is not None and len(layers[0]) != len(leaves):
+        raise ValueError(f"forward_paged: {len(layers[0])} weights a layer for "
+                         f"{len(leaves)} block parameters")
 
     def body(carry, layer_inputs):
         x, pool_k, pool_v = carry
@@ -201,32 +238,40 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
         return (x, pool_k, pool_v), None
 
     x = from_bits(as_bits(model.embed[...])[tokens]).astype(cfg.compute_dtype)
-    layers = jnp.arange(cfg.num_layers)
-    (x, pool_k, pool_v), _ = jax.lax.scan(
-        body, (x, kv.k, kv.v), ([as_bits(leaf) for leaf in leaves], layers),  # (engine_weights are)
-        unroll=min(cfg.scan_unroll, cfg.num_layers))
+    if layers is None:
+        (x, pool_k, pool_v), _ = jax.lax.scan(
+            body, (x, kv.k, kv.v), ([as_bits(leaf) for leaf in leaves],  # (engine_weights are)
+                                    jnp.arange(cfg.num_layers)),
+            unroll=min(cfg.scan_unroll, cfg.num_layers))
+    else:
+        carry = (x, kv.k, kv.v)
+        for layer, layer_leaves in enumerate(layers):
+            carry, _ = body(carry, (list(layer_leaves), layer))
+        x, pool_k, pool_v = carry
     return model.final_norm(x), PagedKV(k=pool_k, v=pool_v)
 
 
-def _prefill(graphdef, params, kv: PagedKV, tokens, start, chunk_lens, block_tables) -> PagedKV:
+def _prefill(graphdef, weights: EngineWeights, kv: PagedKV, tokens, start, chunk_lens,
+             block_tables) -> PagedKV:
     """Writes K/V of tokens [R, C] (row r's first chunk_lens[r], from position start[r])."""
-    model = _merge(graphdef, params)
+    model = _merge(graphdef, weights)
     width = tokens.shape[1]
     positions = start[:, None] + jnp.arange(width, dtype=jnp.int32)
     valid = jnp.arange(width)[None, :] < chunk_lens[:, None]
-    _, kv = forward_paged(model, tokens, positions, valid, kv, block_tables)
+    _, kv = forward_paged(model, tokens, positions, valid, kv, block_tables,
+                          layers=weights.layers)
     return kv
 
 
-def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs: PagePairs,
-            temperature, top_p, return_after, allowed=None, head=None, *, num_steps: int,
+def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, block_tables,
+            pairs: PagePairs, temperature, top_p, return_after, allowed=None, *, num_steps: int,
             top_k: int, use_filter: bool, attention_impl: str) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
     ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
     ``allowed``: optional int32 [S, ceil(V / 32)] allowed-token bitmasks (see `sample_tokens`),
     the same at every step (the engine passes one with ``num_steps=1``); None compiles the
-    unmasked program. ``head``: `head_weights`, the LM head when it is not None.
+    unmasked program.
 
     Attention reads ``pairs`` (every page of every live slot, covering the whole round trip)
     when ``attention_impl`` is "xla", the block tables otherwise.
@@ -234,7 +279,7 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
     A slot stops after a stop id or when its budget is spent. The loop ends early once
     ``return_after`` slots have stopped (so the host can refill them) or none is live.
     """
-    model = _merge(graphdef, params)
+    model, head = _merge(graphdef, weights), weights.head
     use_pairs = pairs if attention_impl == "xla" else None
     num_slots = slots.live.shape[0]
     zeros = jnp.zeros((num_slots, num_steps))
@@ -249,7 +294,8 @@ def _decode(graphdef, params, kv: PagedKV, slots: SlotState, block_tables, pairs
         step, kv, st, toks, lps, vals, count, stopped, ended = carry
         hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
                                    st.live[:, None], kv, block_tables,
-                                   decode_impl=attention_impl, pairs=use_pairs)
+                                   decode_impl=attention_impl, pairs=use_pairs,
+                                   layers=weights.layers)
         if head is None:
             logits = model.head_logits(hidden)[:, 0]
         else:

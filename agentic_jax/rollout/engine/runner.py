@@ -70,7 +70,6 @@ class ModelRunner:
     def params(self, params: nnx.State | None) -> None:
         self._params = params
         self._weights = None if params is None else pm.engine_weights(params, self.model_cfg)
-        self._head = None if params is None else pm.head_weights(self._weights, self.model_cfg)
 
     def sleep(self) -> None:
         """Lets go of the pool and the weights (`Engine.sleep`)."""
@@ -145,7 +144,7 @@ class ModelRunner:
         temperature, top_p, use_filter = _row_sampling(running, n, sampling)
         out = pm.decode_jit(
             self.graphdef, self._weights, self.kv, slots, tables, self._pairs(running, n),
-            temperature, top_p, jnp.int32(1 if return_early else n + 1), allowed, self._head,
+            temperature, top_p, jnp.int32(1 if return_early else n + 1), allowed,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
             use_filter=use_filter, attention_impl=self.decode_impl)
         self.kv = out.kv
