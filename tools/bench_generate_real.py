@@ -96,7 +96,7 @@ def hf_cached_step(hf, prompts: list[list[int]], context: int, repeats: int = 5
 
 
 def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: float,
-                   steps: int = 32, hf=None) -> None:
+                   steps: int = 32, hf=None, layer_arrays: bool = False) -> None:
     """One engine decode step of 32 live rows against a plain jitted forward of the same 32
     tokens without a cache (the matmuls alone), HF's cached forward step (with ``hf``) and
     the analytic FLOP floor."""
@@ -105,7 +105,7 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
     from agentic_jax.rollout.engine import Engine, Request
 
     cfg = EngineConfig(num_slots=32, page_size=16, decode_steps=steps,
-                       max_seq_len=max(map(len, prompts)) + 4 * steps)
+                       max_seq_len=max(map(len, prompts)) + 4 * steps, layer_arrays=layer_arrays)
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
 
     def engine_run() -> Engine:
@@ -167,15 +167,18 @@ def run(args: argparse.Namespace, median_seconds) -> None:
     gflops = matmul_gflops()
     print(f"model {args.model} ({directory}) in {args.dtype}; jax {jax.__version__} on "
           f"{jax.devices()[0].platform}, torch {torch.__version__} with "
-          f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s")
+          f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s; "
+          f"engine layer_arrays={bool(args.layer_arrays)}")
     for name in args.real_workloads.split(","):
         if name == "profile":
-            profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf)
+            profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf,
+                           layer_arrays=bool(args.layer_arrays))
             continue
         w = WORKLOADS[name]
         prompts = chat_prompts(tokenizer, w["prompts"])
         cap = args.real_cap or w["cap"]
-        cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps)
+        cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps,
+                           layer_arrays=bool(args.layer_arrays))
         fns = {
             "HF generate (static)": functools.partial(lt.hf_static, hf, prompts, stops, cap),
             "HF generate_batch (CB)": functools.partial(lt.hf_continuous, hf, prompts, stops,

@@ -260,7 +260,8 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
     from agentic_jax.rollout.engine import paged_model as pm
 
     graphdef, state = nnx.split(model)
-    weights = pm.engine_weights(state, CFG)
+    weights = pm.engine_weights(state, CFG, layer_arrays=True)
+    assert pm.engine_weights(state, CFG).layers is None          # off unless asked for
     if jax.default_backend() == "cpu":
         assert len(weights.layers) == CFG.num_layers
         assert all(leaf.size == 0 for leaf in jax.tree.leaves(weights.state["blocks"]))
@@ -293,3 +294,19 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
     np.testing.assert_allclose(split_kv.k, stacked_kv.k, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(split_kv.v, stacked_kv.v, rtol=1e-5, atol=1e-5)
     assert float(jnp.abs(split_kv.k - kv.k).max()) > 0        # the tokens' K/V were written
+
+
+def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, baseline):
+    events, engine = _run(model, EngineConfig(num_slots=4, page_size=8, layer_arrays=True))
+    assert (engine.runner._weights.layers is not None) == (jax.default_backend() == "cpu")
+    assert events.keys() == baseline.keys()
+    for i, e in baseline.items():
+        assert events[i].tokens == e.tokens
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-5)
+    engine.sleep()
+    assert engine.runner._weights is None                 # the per-layer copies go with sleep
+
+
+def test_layer_arrays_must_be_a_bool():
+    with pytest.raises(ValueError, match="layer_arrays"):
+        EngineConfig(layer_arrays="yes")

@@ -96,12 +96,14 @@ def _float32_shapes(hlo: str) -> set[tuple[int, ...]]:
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's bfloat16 lowering")
-def test_bfloat16_decode_never_widens_the_pool_or_the_weights(model):
+@pytest.mark.parametrize("layer_arrays", [False, True], ids=["stacked", "layer-arrays"])
+def test_bfloat16_decode_never_widens_the_pool_or_the_weights(model, layer_arrays):
     # Shapes large enough that XLA:CPU sends the matmuls to its library, as a real model's.
     cfg = dataclasses.replace(CFG, vocab_size=512, hidden_size=128, intermediate_size=384,
                               num_layers=3, head_dim=32)
     engine = Engine(Transformer(cfg, rngs=nnx.Rngs(0)),
-                    EngineConfig(num_slots=2, page_size=4, max_seq_len=64, dtype="bfloat16"))
+                    EngineConfig(num_slots=2, page_size=4, max_seq_len=64, dtype="bfloat16",
+                                 layer_arrays=layer_arrays))
     runner = engine.runner
     assert runner.kv.k.dtype == jnp.uint16        # bfloat16 bit patterns
     captured = {}
@@ -122,16 +124,18 @@ def test_bfloat16_decode_never_widens_the_pool_or_the_weights(model):
     # widened, and small).
     weights = runner._weights
     assert weights.head.shape == (128, 512)            # the tied head, transposed
-    assert len(weights.layers) == cfg.num_layers       # split one array a layer on CPU
+    assert len(weights.layers or ()) == (cfg.num_layers if layer_arrays else 0)
     checked = [("pool", runner.kv.k), ("head", weights.head)]
     checked += [(jax.tree_util.keystr(path), leaf)
-                for path, leaf in jax.tree_util.tree_leaves_with_path(weights.state)]
-    checked += [(f"layer {i}", leaf) for i, layer in enumerate(weights.layers) for leaf in layer]
+                for path, leaf in jax.tree_util.tree_leaves_with_path(weights.state)
+                if not (leaf.ndim == 2 and "blocks" in jax.tree_util.keystr(path))]
+    checked += [(f"layer {i}", leaf) for i, layer in enumerate(weights.layers or ())
+                for leaf in layer]
     for name, array in checked:
         if array.ndim < 2:
             continue
         shape = tuple(array.shape)
-        layer = shape[1:] if name == "pool" else shape
+        layer = shape[1:] if "blocks" in name or name == "pool" else shape
         assert shape not in wide and layer not in wide, f"{name} {shape} is widened"
 
 

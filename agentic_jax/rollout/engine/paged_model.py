@@ -72,16 +72,18 @@ class EngineWeights(NamedTuple):
     head: jax.Array | None
 
 
-def engine_weights(params: nnx.State, cfg: ModelConfig) -> EngineWeights:
+def engine_weights(params: nnx.State, cfg: ModelConfig, *,
+                   layer_arrays: bool = False) -> EngineWeights:
     """The weights as the engine's programs take them: floating ones in ``cfg``'s parameter
     dtype, stored as `as_bits`, converted once per `update_params`, not in every call.
 
-    On CPU the stacked blocks are split into one array per layer, and the programs run the
-    layers unrolled: XLA:CPU copies a layer's slice of a stacked weight out of the stack before
-    a matmul reads it (a dynamic slice inside a scan and a static slice unrolled alike), which
-    was a sixth of a SmolLM2 decode step; a separate array is read in place. The split costs a
-    copy of the blocks while the engine holds weights (`sleep` drops it). On GPU / TPU the scan
-    over the stack stays.
+    With ``layer_arrays`` on CPU (`EngineConfig.layer_arrays`) the stacked blocks are split
+    into one array per layer, and the programs run the layers unrolled: XLA:CPU copies a
+    layer's slice of a stacked weight out of the stack before a matmul reads it (a dynamic
+    slice inside a scan and a static slice unrolled alike), which was a sixth of a float32
+    SmolLM2 decode step; a separate array is read in place. The split costs a copy of the
+    blocks while the engine holds weights (`sleep` drops it) and the unrolled programs' larger
+    code. Otherwise, and always on GPU / TPU, the programs scan over the stack.
     """
     def prepare(x):
         if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != cfg.weight_dtype:
@@ -90,7 +92,7 @@ def engine_weights(params: nnx.State, cfg: ModelConfig) -> EngineWeights:
 
     state = jax.tree.map(prepare, params)
     head = head_weights(state, cfg)
-    if jax.default_backend() != "cpu":
+    if not layer_arrays or jax.default_backend() != "cpu":
         return EngineWeights(state, None, head)
     stacked = jax.tree.leaves(state["blocks"])
     layers = tuple(tuple(leaf[i] for leaf in stacked) for i in range(cfg.num_layers))

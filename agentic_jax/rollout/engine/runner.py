@@ -18,6 +18,7 @@ from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.types import EngineConfig, SamplingParams
+from agentic_jax.utils.memory import release_host_memory
 
 # The smallest decode batch: fewer rows save little and would add compilations.
 _MIN_ROWS = 8
@@ -52,6 +53,7 @@ class ModelRunner:
                  cfg: EngineConfig, num_pages: int, max_pages: int, mesh: Mesh | None = None):
         # graphdef / model_cfg: the model as the engine computes it (`paged_model.with_dtype`).
         self.graphdef, self.model_cfg = graphdef, model_cfg
+        self.layer_arrays = cfg.layer_arrays
         self.params = params
         self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
@@ -69,11 +71,14 @@ class ModelRunner:
     @params.setter
     def params(self, params: nnx.State | None) -> None:
         self._params = params
-        self._weights = None if params is None else pm.engine_weights(params, self.model_cfg)
+        self._weights = None if params is None else pm.engine_weights(
+            params, self.model_cfg, layer_arrays=self.layer_arrays)
 
     def sleep(self) -> None:
-        """Lets go of the pool and the weights (`Engine.sleep`)."""
+        """Lets go of the pool and the weights (`Engine.sleep`), and hands the host memory they
+        held back to the system (`release_host_memory`)."""
         self.kv = self.params = None
+        release_host_memory()
 
     def _wake(self) -> None:
         """A fresh zero pool after `sleep` (every page's K/V is written before it is read)."""
