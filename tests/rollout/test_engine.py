@@ -296,7 +296,12 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
     assert float(jnp.abs(split_kv.k - kv.k).max()) > 0        # the tokens' K/V were written
 
 
-def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, baseline):
+def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, baseline,
+                                                                       monkeypatch):
+    from agentic_jax.rollout.engine import runner
+
+    released = []
+    monkeypatch.setattr(runner, "release_host_memory", lambda: released.append(1) or True)
     events, engine = _run(model, EngineConfig(num_slots=4, page_size=8, layer_arrays=True))
     assert (engine.runner._weights.layers is not None) == (jax.default_backend() == "cpu")
     assert events.keys() == baseline.keys()
@@ -305,6 +310,7 @@ def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, ba
         np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-5)
     engine.sleep()
     assert engine.runner._weights is None                 # the per-layer copies go with sleep
+    assert released == [1]                                # and their memory back to the system
 
 
 def test_layer_arrays_must_be_a_bool():
