@@ -62,8 +62,8 @@ class EngineWeights(NamedTuple):
 
     state: the model's state, floating weights in the engine's dtype as `as_bits`; its stacked
       blocks are empty placeholders when ``layers`` holds them.
-    layers: on CPU, the blocks' leaves one layer at a time (a tuple per layer, in the order of
-      the stacked state's leaves); None elsewhere.
+    layers: with ``layer_arrays`` on CPU, the blocks' leaves one layer at a time (a tuple per
+      layer, in the order of the stacked state's leaves); None otherwise.
     head: a 16-bit tied LM head as its own [E, V] matrix (`head_weights`), or None.
     """
 
