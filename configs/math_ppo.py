@@ -159,8 +159,8 @@ def _default() -> ml_collections.ConfigDict:
     # trainer recomputes log-probs in float32 and rl.is_level=auto then corrects the mismatch).
     c.rollout.dtype = "auto"
     # CPU: each layer's weights as its own arrays, layers unrolled (EngineConfig.layer_arrays):
-    # a float32 SmolLM2-135M decode step 78-86 -> 63-67 ms, but a second copy of the blocks and
-    # ~5x the compiled code of each decode program stay resident beside the update.
+    # a float32 SmolLM2-135M decode step 76 -> 69 ms (same run), but a second copy of the
+    # blocks and ~5x the compiled code of each decode program stay resident beside the update.
     c.rollout.layer_arrays = False
     # Rollouts overlapping the update (agentic_jax.training.async_rollouts): sync | one_step_off
     # (the next step's rollout runs during the update, weights switch between rollouts) |

@@ -50,8 +50,9 @@ def release_host_memory() -> bool:
 
     On CPU the arrays an engine frees when it sleeps (its KV pool, its copy of the weights)
     stay resident in glibc's heaps, fragmented by the many allocations of its threads, so an
-    update run after a rollout found them neither reusable nor returned: the synchronous
-    SmolLM2-135M RL recipe peaked 1.0 GB higher (6.5 GB against 5.5 GB) without this call."""
+    update run after a rollout found them neither reusable nor returned: three steps of the
+    synchronous SmolLM2-135M RL recipe peaked at 6,510 MB without this call and 4,738 MB with
+    it (one machine, one session)."""
     gc.collect()
     trim = _malloc_trim()
     if trim is None:

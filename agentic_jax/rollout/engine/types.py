@@ -59,8 +59,8 @@ class EngineConfig:
     sampling: temperature / top-p / top-k of requests that set none (top-k: of all requests).
     layer_arrays: on CPU, hold each layer's weights as its own arrays and run the layers
       unrolled (`paged_model.engine_weights`): XLA:CPU copies a layer's slice of the stacked
-      weights before each matmul, a sixth of a float32 SmolLM2-135M decode step (78-86 ms ->
-      63-67). It costs a second copy of the blocks while the engine holds weights and about 5x
+      weights before each matmul (a float32 SmolLM2-135M decode step 76 -> 69 ms, same run,
+      `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`). It costs a second copy of the blocks while the engine holds weights and about 5x
       the compiled code of each program (SmolLM2-135M: 55 MB a decode program against 11), so
       it is off by default, for training runs, whose memory it raises; ignored on GPU / TPU.
     """
