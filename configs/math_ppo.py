@@ -162,6 +162,9 @@ def _default() -> ml_collections.ConfigDict:
     # a float32 SmolLM2-135M decode step 76 -> 69 ms (same run), but a second copy of the
     # blocks and ~5x the compiled code of each decode program stay resident beside the update.
     c.rollout.layer_arrays = False
+    # Keep prefilled prompt pages and start later prompts with the same first tokens from them
+    # (EngineConfig.prefix_caching, vLLM's automatic prefix caching); dropped on new weights.
+    c.rollout.prefix_caching = False
     # Rollouts overlapping the update (agentic_jax.training.async_rollouts): sync | one_step_off
     # (the next step's rollout runs during the update, weights switch between rollouts) |
     # fully_async (a producer runs up to max_staleness steps ahead; new weights reach it at once

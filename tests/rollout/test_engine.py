@@ -316,3 +316,48 @@ def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, ba
 def test_layer_arrays_must_be_a_bool():
     with pytest.raises(ValueError, match="layer_arrays"):
         EngineConfig(layer_arrays="yes")
+
+
+# Prompts that start alike (two full pages of 8, then their own tails): what a shared system
+# prompt does to a rollout's prompts.
+_START = _RNG.integers(3, 64, 19).tolist()
+SHARED_START = [_START + _RNG.integers(3, 64, n).tolist() for n in (1, 4, 9, 2, 6, 3)]
+
+
+def test_prefix_caching_samples_what_the_engine_without_it_does(model):
+    cfg = EngineConfig(num_slots=2, page_size=8)
+    plain, _ = _run(model, cfg, SHARED_START)
+    events, engine = _run(model, dataclasses.replace(cfg, prefix_caching=True), SHARED_START)
+    # The first prompt prefills the start; the second, admitted beside it, waits for that
+    # prefill and reads its two pages, as do the other four.
+    assert engine.stats.cached_tokens == 5 * 16
+    assert engine.stats.prefill_tokens == sum(map(len, SHARED_START)) - 6 - 5 * 16
+    for i, e in plain.items():
+        assert events[i].tokens == e.tokens
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-5)
+    cache = engine.scheduler.pages.cache
+    assert len(cache) > 2 and engine.pool.in_use == len(cache)
+    engine.sleep()                                   # the cache gives its pages back first
+    assert engine.pool.in_use == 0 and len(cache) == 0
+
+
+def test_prefix_caching_reads_nothing_the_old_weights_wrote(model):
+    other = Transformer(CFG, rngs=nnx.Rngs(4))
+    cfg = EngineConfig(num_slots=2, page_size=8, prefix_caching=True)
+    expected, _ = _run(other, cfg, SHARED_START)
+    _, engine = _run(model, cfg, SHARED_START)
+    assert len(engine.scheduler.pages.cache) > 2
+    engine.update_params(other)
+    assert engine.pool.in_use == 0
+    keys = jax.random.split(jax.random.key(7), len(SHARED_START))
+    for i, prompt in enumerate(SHARED_START):
+        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
+    events = {e.request_id: e for e in engine.run()}
+    for i, e in expected.items():
+        assert events[i].tokens == e.tokens
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-5)
+
+
+def test_prefix_caching_must_be_a_bool():
+    with pytest.raises(ValueError, match="prefix_caching"):
+        EngineConfig(prefix_caching=1)

@@ -293,3 +293,145 @@ def test_submit_rejects_what_the_engine_cannot_take():
     with pytest.raises(RuntimeError, match="live sequences"):
         scheduler.set_sampling(SamplingParams(0.0))
     assert list(scheduler.seqs) == [0] and scheduler.pages.prefixes[()].refs == 1
+
+
+def _assert_only_cached(scheduler):
+    """Nothing live; the pool's pages in use are exactly the prefix cache's, one reference
+    each."""
+    pool, cache = scheduler.pages.pool, scheduler.pages.cache
+    assert not scheduler.seqs and not scheduler.pages.prefixes and not scheduler.waiting
+    assert pool.in_use == len(cache) and sorted(np.flatnonzero(pool.refs)) == sorted(cache.pages)
+    assert (pool.refs[cache.pages] == 1).all()
+
+
+SHARED = [3, 4, 5, 6, 7, 8, 9, 2, 3]     # two full pages of 4, then one more position
+
+
+def test_prefix_cache_prefills_a_shared_start_once_and_changes_no_token():
+    # One slot: each request runs after the previous one ended, so only the cache can share.
+    prompts = {rid: SHARED + [10 + rid] * (1 + rid % 3) + [20 + rid] for rid in range(4)}
+    results, prefilled = {}, {}
+    for caching in (False, True):
+        scheduler, runner = _scheduler(num_slots=1, prefix_caching=caching)
+        for rid, prompt in prompts.items():
+            scheduler.submit(_request(rid, prompt, new=6))
+        results[caching] = {e.request_id: e.tokens for e in _run(scheduler)}
+        prefilled[caching] = sum(map(len, runner.prefilled))
+        if caching:
+            # The first request prefills its 10 context positions; the others start after
+            # the two cached pages (the runner checks, before each decode, that every page
+            # holds its sequence's context, and that nothing writes into a shared page).
+            assert scheduler.stats.cached_tokens == 3 * 8
+            assert runner.prefilled == [prompts[0][:8], prompts[0][8:-1]] + [
+                prompts[rid][8:-1] for rid in (1, 2, 3)]
+            _assert_only_cached(scheduler)
+        else:
+            assert scheduler.pages.cache is None and scheduler.stats.cached_tokens == 0
+            _assert_empty(scheduler)
+    assert prefilled[False] - prefilled[True] == 3 * 8
+    assert results[True] == results[False] == {
+        rid: _expected(rid, p, 6) for rid, p in prompts.items()}
+
+
+def test_requests_arriving_together_prefill_their_common_start_once():
+    # Both admitted in the same step: the second waits for the first one's prefill, then
+    # starts from its cached pages, and both decode in the step's round trip.
+    scheduler, runner = _scheduler(num_slots=3, prefix_caching=True)
+    prompts = {0: SHARED + [11, 12], 1: SHARED + [13], 2: [9, 9, 9, 9, 9, 9]}
+    for rid, prompt in prompts.items():
+        scheduler.submit(_request(rid, prompt, new=6))
+    scheduler.step()
+    assert runner.decode_batches == [[0, 2, 1]]          # slot order: 1 was admitted last
+    assert sorted(runner.prefilled) == sorted([prompts[0][:8], prompts[0][8:-1],
+                                               prompts[2][:-1], prompts[1][8:-1]])
+    assert scheduler.stats.cached_tokens == 8
+    events = {e.request_id: e.tokens for e in _run(scheduler)}
+    assert events == {rid: _expected(rid, p, 6) for rid, p in prompts.items()}
+
+
+def test_prefix_cache_serves_shared_prompt_prefixes_and_keeps_their_pages():
+    # Three samples of one prompt: the shared `Prefix` itself starts from the cache.
+    scheduler, runner = _scheduler(num_slots=1, prefix_caching=True)
+    scheduler.submit(_request(0, SHARED + [11, 12], new=4))
+    _run(scheduler)
+    for rid in range(1, 4):
+        scheduler.submit(_request(rid, SHARED + [13, 14, 15, 16], new=4))
+    events = {e.request_id: e.tokens for e in _run(scheduler)}
+    assert events == {rid: _expected(rid, SHARED + [13, 14, 15, 16], 4) for rid in range(1, 4)}
+    assert runner.prefilled.count(SHARED[8:] + [13, 14, 15]) == 1   # after the cached 8
+    assert scheduler.stats.cached_tokens == 8
+    _assert_only_cached(scheduler)
+    # Cached now: the first prompt's 2 pages and the group's third (SHARED[8:] + 13, 14, 15).
+    assert len(scheduler.pages.cache) == 3
+
+
+def test_prefix_cache_keeps_no_decoded_pages_and_nothing_from_old_weights():
+    scheduler, _ = _scheduler(num_slots=1, prefix_caching=True, prefill_chunk=4,
+                              prefill_tokens_per_step=4)
+    long_prompt = SHARED + [15, 16, 17, 18]
+    scheduler.submit(_request(0, long_prompt, new=12, pause=_pause_after(3)))
+    _run(scheduler)
+    # Its 12 context positions were prefilled: 3 pages; the decoded tokens are not cached,
+    # nor is the tool output prefilled after them (the context was decoded into).
+    assert len(scheduler.pages.cache) == 3
+    scheduler.resume(0, [40, 41, 42, 43, 44, 45])
+    _run(scheduler)
+    assert len(scheduler.pages.cache) == 3
+    scheduler.release(0)
+    _assert_only_cached(scheduler)
+    # New weights: the cache is dropped, and a context whose prefill began before them is not
+    # cached when it completes.
+    scheduler.pages.clear_cache()
+    assert scheduler.pages.pool.in_use == 0
+    scheduler.submit(_request(1, long_prompt, new=4))
+    scheduler.step()                    # one chunk of 4 of its 12 positions
+    assert scheduler.seqs[1].length == 4 and scheduler.stats.cached_tokens == 0
+    scheduler.pages.clear_cache()
+    events = _run(scheduler)
+    assert events[0].tokens == _expected(1, long_prompt, 4)
+    assert len(scheduler.pages.cache) == 0
+    _assert_empty(scheduler)
+
+
+def test_prefix_cache_gives_way_when_the_pool_is_short_and_changes_no_token():
+    # 14 pages: about one sequence's worth beside the cache; 12 prompts of 3 families.
+    prompts = [SHARED[: 5 + f] + [20 + i] * (1 + i % 4) for i in range(12) for f in [i % 3]]
+    results = {}
+    for pages, caching in ((64, False), (14, True), (64, True)):
+        scheduler, _ = _scheduler(pages=pages, num_slots=3, max_seq_len=36,
+                                  prefix_caching=caching)
+        for rid, prompt in enumerate(prompts):
+            scheduler.submit(_request(rid, prompt, new=20))
+        results[pages, caching] = {e.request_id: e.tokens for e in _run(scheduler)}
+        assert scheduler.stats.pages_peak <= pages
+        if caching:
+            assert scheduler.stats.cached_tokens > 0
+            _assert_only_cached(scheduler)
+    assert results[14, True] == results[64, True] == results[64, False] == {
+        rid: _expected(rid, p, 20) for rid, p in enumerate(prompts)}
+
+
+def test_prefix_cache_evicts_least_recently_used_leaves_only():
+    from agentic_jax.rollout.engine.prefix_cache import PrefixCache
+
+    pool = PagePool(8)
+    cache = PrefixCache(pool, page_size=2)
+    a = pool.alloc(3)
+    cache.insert([1, 2, 3, 4, 5, 6, 7], a, 7)           # three full pages: a chain
+    b = pool.alloc(2)
+    cache.insert([1, 2, 9, 9], [a[0], b[1]], 4)          # shares the first page, then branches
+    pool.release(a + b)                                  # the writers ended
+    assert len(cache) == 4 and pool.num_free == 8 - 4
+    assert cache.match([1, 2, 3, 4, 5, 6, 7, 8], 7) == a  # touches the long chain last
+    pool.release(a)
+    assert cache.evict(5) == 1 and len(cache) == 3       # the older leaf: [1, 2] -> [9, 9]
+    assert cache.match([1, 2, 9, 9], 4) == [a[0]]
+    pool.release([a[0]])
+    assert cache.evict(8) == 3 and len(cache) == 0 and pool.num_free == 8
+    # A page that a sequence still reads stays; an evicted parent's child was never kept.
+    c = pool.alloc(2)
+    cache.insert([5, 5, 6, 6], c, 4)
+    assert cache.evict(8) == 0 and len(cache) == 2        # the writer holds both pages
+    pool.release(c)
+    cache.clear()
+    assert pool.num_free == 8 and cache.match([5, 5, 6, 6], 4) == [] and cache.epoch == 1

@@ -88,6 +88,7 @@ class Engine:
         of the weights. Call it between `step` calls (live sequences continue with them)."""
         is_module = isinstance(model_or_state, nnx.Module)
         self.runner.params = nnx.state(model_or_state) if is_module else model_or_state
+        self.scheduler.pages.clear_cache()   # cached K/V is the old weights'
         if version is not None:
             self.scheduler.version = int(version)
 
@@ -99,6 +100,8 @@ class Engine:
         sequence. `update_params` wakes it; the next call that needs the pool makes a fresh
         one (no K/V is read before it is written, so nothing is lost but the memory)."""
         held = len(self.seqs)  # queued, slotted and paused
+        if not held:
+            self.scheduler.pages.clear_cache()
         if held or self.pool.in_use:
             raise RuntimeError(f"rollout engine: cannot sleep while it holds {held} "
                                f"sequence(s) and {self.pool.in_use} page(s)")

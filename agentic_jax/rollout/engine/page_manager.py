@@ -3,7 +3,8 @@
 Requests with the same prompt share one `Prefix`: the K/V of the prompt's first len - 1 tokens,
 prefilled once and reference counted. A sample forks from it when it is complete: its full
 pages are shared, the partial last page is copied (copy-on-write at fork, since the fork writes
-there next). Also here: which contexts the next prefill call writes, and whose pages go when
+there next). With a `PrefixCache`, a context also starts from the cached full pages of any earlier
+context with the same first tokens. Also here: which contexts the next prefill call writes, and whose pages go when
 the pool is short. Plain Python and numpy: no JAX; the scheduler hands the copies and the
 chunks to the device.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from agentic_jax.rollout.engine.pages import PagePool
+from agentic_jax.rollout.engine.prefix_cache import PrefixCache
 from agentic_jax.rollout.engine.runner_api import PrefillChunk
 from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, WAITING, Prefix, Seq
 
@@ -22,12 +24,16 @@ class PageManager:
 
     copies: (source, destination) pages that forks copy; the device copies them before its next
       call (`Scheduler` hands them to the runner and clears the list).
+    cache: the `PrefixCache` (``prefix_caching``), or None.
+    cached_tokens: context positions taken from the cache since the scheduler last read it.
     """
 
-    def __init__(self, pool: PagePool, page_size: int):
+    def __init__(self, pool: PagePool, page_size: int, prefix_caching: bool = False):
         self.pool, self.page_size = pool, page_size
         self.prefixes: dict[tuple[int, ...], Prefix] = {}
         self.copies: list[tuple[int, int]] = []
+        self.cache = PrefixCache(pool, page_size) if prefix_caching else None
+        self.cached_tokens = 0
 
     def share_prefix(self, prompt: Sequence[int]) -> Prefix:
         """The prefix of ``prompt`` (all its tokens but the last), with one more reader."""
@@ -43,11 +49,15 @@ class PageManager:
         pages = self.pool.alloc(n)
         if pages is not None:
             return pages
+        if self.cache is not None and self.cache.evict(n) and self.pool.num_free >= n:
+            return self.pool.alloc(n)
         in_slots = {id(s.prefix) for s in slots if s is not None and s.prefix is not None}
         for prefix in self.prefixes.values():
             if prefix.pages is not None and id(prefix) not in in_slots:
                 self.pool.release(prefix.pages)
                 prefix.pages, prefix.written = None, 0
+        if self.cache is not None:
+            self.cache.evict(n)   # pages only those prefixes read besides the cache
         return self.pool.alloc(n)
 
     def reserve_context(self, seq: Seq, slots: Sequence[Seq | None]) -> bool:
@@ -59,18 +69,65 @@ class PageManager:
             self.detach(seq)         # a prompt sampled once gains nothing from sharing
             prefix = None
         if prefix is None:
-            pages = self.alloc(seq.pages_for(seq.context_len, ps), slots)
+            cached = []
+            if not seq.pages:          # a context written from scratch
+                cached = self._cached(seq.tokens, seq.context_len)
+                seq.cache_epoch = -1 if self.cache is None else self.cache.epoch
+            pages = self.alloc(max(0, -(-seq.context_len // ps) - len(cached) - len(seq.pages)),
+                               slots)
             if pages is None:
+                self.pool.release(cached)
                 return False
-            seq.pages.extend(pages)
+            seq.pages.extend(cached + pages)
+            seq.length = max(seq.length, len(cached) * ps)
+            self.cached_tokens += len(cached) * ps
             return True
         if prefix.pages is None:
-            pages = self.alloc(-(-len(prefix.tokens) // ps), slots)
+            cached = self._cached(prefix.tokens, len(prefix.tokens))
+            pages = self.alloc(-(-len(prefix.tokens) // ps) - len(cached), slots)
             if pages is None:
+                self.pool.release(cached)
                 return False
-            prefix.pages = pages
+            prefix.pages, prefix.written = cached + pages, len(cached) * ps
+            prefix.cache_epoch = -1 if self.cache is None else self.cache.epoch
+            self.cached_tokens += len(cached) * ps
             return True
         return self.pool.num_free >= 1 or len(prefix.tokens) % ps == 0
+
+    def _cached(self, tokens: Sequence[int], positions: int) -> list[int]:
+        """The cache's pages for the first of ``positions`` positions of ``tokens`` (a
+        reference each, the caller's), or [] without a cache."""
+        return [] if self.cache is None else self.cache.match(tokens, positions)
+
+    def first_page(self, seq: Seq) -> tuple[int, ...] | None:
+        """With a cache, the tokens of the first page of a sequence's context (its prefix's,
+        when shared); None without a cache or a full first page."""
+        if self.cache is None:
+            return None
+        tokens = seq.prefix.tokens if seq.prefix is not None else seq.tokens[:seq.context_len]
+        return tuple(tokens[:self.page_size]) if len(tokens) >= self.page_size else None
+
+    def waits_for_first_page(self, seq: Seq, written_now: set[tuple[int, ...]]) -> bool:
+        """Whether a queued sequence should wait for the cache: its context starts from
+        scratch, and its first page, not yet cached, is among those being written now."""
+        first = self.first_page(seq)
+        return (first is not None and not seq.pages and first in written_now
+                and not self.cache.has_first(first))
+
+    def cache_written(self, target: Prefix | Seq) -> None:
+        """Offers the full pages prefill has written of a context to the cache, if all its K/V
+        was written by prefill under the cache's current weights."""
+        if self.cache is None or target.cache_epoch != self.cache.epoch:
+            return
+        if isinstance(target, Prefix):
+            self.cache.insert(target.tokens, target.pages, target.written)
+        else:
+            self.cache.insert(target.tokens, target.pages, target.length)
+
+    def clear_cache(self) -> None:
+        """Forgets every cached page (new weights make their K/V stale)."""
+        if self.cache is not None:
+            self.cache.clear()
 
     def fork(self, seq: Seq, slots: Sequence[Seq | None]) -> bool:
         """Gives a sequence its complete prefix's pages (full ones shared, the partial last one

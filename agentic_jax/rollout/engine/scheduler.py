@@ -26,7 +26,7 @@ class Scheduler:
 
     def __init__(self, cfg: EngineConfig, pool: PagePool, runner: Runner, page_bytes: int = 0):
         self.cfg, self.runner = cfg, runner
-        self.pages = PageManager(pool, cfg.page_size)
+        self.pages = PageManager(pool, cfg.page_size, cfg.prefix_caching)
         self.stats = EngineStats(pool_pages=pool.num_pages, page_bytes=page_bytes)
         self.seqs: dict[Hashable, Seq] = {}
         # End a decode round trip when any slot stops, not only when requests wait (serving:
@@ -104,12 +104,13 @@ class Scheduler:
         """Admits queued requests into free slots, runs prefill chunks and one decode round
         trip; returns the sequences that left a slot."""
         self._admit()
-        prefilled, budget = False, self.cfg.prefill_tokens_per_step
-        while budget > 0:
-            written = self._run_prefill()
-            if not written:
-                break
-            prefilled, budget = True, budget - written
+        budget = self._prefill_within(self.cfg.prefill_tokens_per_step)
+        if self.pages.cache is not None and self.waiting and None in self.slots:
+            # Requests held back while another slot prefilled their first page now read it
+            # from the cache.
+            self._admit()
+            budget = self._prefill_within(budget)
+        prefilled = budget < self.cfg.prefill_tokens_per_step
         decoded = self._run_decode()
         if not (prefilled or decoded) and self._any_slotted():
             # Slotted sequences wait for pages that others hold (a fork's copy page).
@@ -120,8 +121,20 @@ class Scheduler:
         self.stats.pages_in_use = self.pages.pool.in_use
         self.stats.pages_peak = self.pages.pool.peak
         self.stats.steps += 1
+        self.stats.cached_tokens += self.pages.cached_tokens
+        self.pages.cached_tokens = 0
         self.stats.pages_in_use_sum += self.pages.pool.in_use
         return events
+
+    def _prefill_within(self, budget: int) -> int:
+        """Prefill chunks until ``budget`` context tokens are written or none is left;
+        returns the budget left."""
+        while budget > 0:
+            written = self._run_prefill()
+            if not written:
+                break
+            budget -= written
+        return budget
 
     # ------------------------------------------------------------------ admission
 
@@ -136,14 +149,22 @@ class Scheduler:
 
     def _admit(self) -> None:
         """Moves queued sequences into free slots while pages allow, in queue order (skipping
-        those whose shared prefix another sequence is still prefilling)."""
+        those whose shared prefix another sequence is still prefilling, and, with a prefix
+        cache, those whose first page another context is writing: `step` admits them again
+        after the prefill, from the cache)."""
         free = [i for i, s in enumerate(self.slots) if s is None]
         filling = {id(s.prefix) for s in self.slots if s is not None and s.prefix is not None}
+        # With a prefix cache: the first pages that slotted contexts are writing now.
+        first_pages = {self.pages.first_page(s) for s in self.slots
+                       if s is not None and s.state == PREFILL}
         skipped: list[Seq] = []
         while free and self.waiting:
             seq = self.waiting.popleft()
             if seq.prefix is not None and id(seq.prefix) in filling:
                 skipped.append(seq)
+                continue
+            if self.pages.waits_for_first_page(seq, first_pages):
+                skipped.append(seq)      # another slot is writing its first page for the cache
                 continue
             if not self.pages.reserve_context(seq, self.slots):
                 self.waiting.appendleft(seq)
@@ -155,6 +176,8 @@ class Scheduler:
             self._start_if_ready(seq)
             if seq.prefix is not None and seq.state == PREFILL:
                 filling.add(id(seq.prefix))
+            if seq.state == PREFILL:
+                first_pages.add(self.pages.first_page(seq))
         self.waiting.extendleft(reversed(skipped))
         if not free or not self.waiting or self._any_slotted():
             return
@@ -195,6 +218,7 @@ class Scheduler:
                 target.written += len(chunk.tokens)
             else:
                 target.length += len(chunk.tokens)
+            self.pages.cache_written(target)
         for seq in self.slots:
             if seq is not None and seq.state == PREFILL:
                 self._start_if_ready(seq)
@@ -244,6 +268,7 @@ class Scheduler:
         self.stats.row_steps += out.steps * out.rows
         self.stats.token_steps += int(out.count.sum())
         for i, seq in enumerate(running):
+            seq.cache_epoch = -1      # decode-written K/V is not cached
             k = int(out.count[i])
             # A pause token also stops the slot on the device; only stop tokens finish it.
             finished = (bool(out.stopped[i]) and k > 0

@@ -20,6 +20,7 @@ class Prefix:
     refs: unfinished requests that read (or will read) it; at zero its pages are released.
     pages: its pages once allocated (None before); written: positions prefilled so far.
     forks: sequences that started from it.
+    cache_epoch: the `PrefixCache` epoch its K/V was written in (-1: none, not to be cached).
     """
 
     tokens: tuple[int, ...]
@@ -27,6 +28,7 @@ class Prefix:
     pages: list[int] | None = None
     written: int = 0
     forks: int = 0
+    cache_epoch: int = -1
 
     @property
     def complete(self) -> bool:
@@ -46,6 +48,8 @@ class Seq:
       before it and the policy version (`Engine.update_params`) that sampled it.
     order: admission stamp; the newest sequence is preempted first.
     matcher: the turn's token constraint state while it samples under a mask (else None).
+    cache_epoch: the `PrefixCache` epoch in which all its K/V so far was written by prefill
+      (-1 once it decodes: only prefill-written pages are cached).
     """
 
     request: Request
@@ -63,6 +67,7 @@ class Seq:
     values: list[float] = dataclasses.field(default_factory=list)
     versions: list[int] = dataclasses.field(default_factory=list)
     matcher: Any = None
+    cache_epoch: int = -1
 
     @property
     def context_len(self) -> int:

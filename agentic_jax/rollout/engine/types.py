@@ -63,6 +63,11 @@ class EngineConfig:
       `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`). It costs a second copy of the blocks while the engine holds weights and about 5x
       the compiled code of each program (SmolLM2-135M: 55 MB a decode program against 11), so
       it is off by default, for training runs, whose memory it raises; ignored on GPU / TPU.
+    prefix_caching: keep the full pages of prefilled prompts after their requests end and
+      start any later prompt with the same first tokens from them (`prefix_cache.PrefixCache`,
+      vLLM's automatic prefix caching): a shared system prompt is prefilled once per weight
+      update. Cached pages stay in the pool (counted in use) until it runs short; new weights
+      drop them.
     """
 
     num_slots: int = 32
@@ -78,6 +83,7 @@ class EngineConfig:
     dtype: str = "auto"
     sampling: SamplingParams = SamplingParams()
     layer_arrays: bool = False
+    prefix_caching: bool = False
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
@@ -90,8 +96,9 @@ class EngineConfig:
             raise ValueError(f"kv_pages must be positive, got {self.kv_pages}")
         if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
             raise ValueError(f"kv_cache_mb must be positive, got {self.kv_cache_mb}")
-        if not isinstance(self.layer_arrays, bool):
-            raise ValueError(f"layer_arrays must be True or False, got {self.layer_arrays!r}")
+        for name in ("layer_arrays", "prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16, got {self.dtype!r}")
         if self.attention_impl not in ("xla", "pallas", "auto"):
@@ -186,6 +193,7 @@ class EngineStats:
     pages_in_use_sum: int = 0  # over steps, for the mean
     preemptions: int = 0
     prefix_hits: int = 0
+    cached_tokens: int = 0  # context positions read from the prefix cache, not prefilled
     prefill_s: float = 0.0
     decode_s: float = 0.0
 
@@ -203,6 +211,7 @@ class EngineStats:
                 "engine_kv_peak_frac": self.pages_peak / self.pool_pages,
                 "engine_preemptions": float(self.preemptions),
                 "engine_prefix_hits": float(self.prefix_hits),
+                "engine_cached_tokens": float(self.cached_tokens),
                 "time_engine_prefill_s": self.prefill_s,
                 "time_engine_decode_s": self.decode_s}
 
