@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layer_arrays", type=int, choices=(0, 1), default=1,
                         help="--model: the engine's EngineConfig.layer_arrays (CPU: weights "
                              "one array a layer, layers unrolled)")
+    parser.add_argument("--prefix_caching", type=int, choices=(0, 1), default=1,
+                        help="--model: the engine's EngineConfig.prefix_caching (prompts "
+                             "that start alike prefill their common full pages once)")
     parser.add_argument("--real_cap", type=int, default=0,
                         help="--model: new-token cap (0: the workload's own, 128 / 256)")
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")

@@ -176,7 +176,8 @@ def run(args: argparse.Namespace, median_seconds) -> None:
     print(f"model {args.model} ({directory}) in {args.dtype}; jax {jax.__version__} on "
           f"{jax.devices()[0].platform}, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s; "
-          f"engine layer_arrays={bool(args.layer_arrays)}")
+          f"engine layer_arrays={bool(args.layer_arrays)} "
+          f"prefix_caching={bool(args.prefix_caching)}")
     for name in args.real_workloads.split(","):
         if name == "profile":
             profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf,
@@ -186,7 +187,8 @@ def run(args: argparse.Namespace, median_seconds) -> None:
         prompts = chat_prompts(tokenizer, w["prompts"])
         cap = args.real_cap or w["cap"]
         cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps,
-                           layer_arrays=bool(args.layer_arrays))
+                           layer_arrays=bool(args.layer_arrays),
+                           prefix_caching=bool(args.prefix_caching))
         fns = {
             "HF generate (static)": functools.partial(lt.hf_static, hf, prompts, stops, cap),
             "HF generate_batch (CB)": functools.partial(lt.hf_continuous, hf, prompts, stops,
@@ -213,4 +215,6 @@ def run(args: argparse.Namespace, median_seconds) -> None:
         stats = lt.engine_stats(ours, prompts, stops, cap, cfg)
         print(f"engine: slot utilisation {stats['slot_utilisation']:.1%}, prefill "
               f"{stats['prefill_s']:.2f} s / decode {stats['decode_s']:.2f} s, "
-              f"{stats['decode_calls']:.0f} decode round trips", flush=True)
+              f"{stats['decode_calls']:.0f} decode round trips; prompt positions "
+              f"{stats['prefill_tokens']:.0f} prefilled, {stats['cached_tokens']:.0f} read "
+              f"from the prefix cache", flush=True)
