@@ -361,3 +361,31 @@ def test_prefix_caching_reads_nothing_the_old_weights_wrote(model):
 def test_prefix_caching_must_be_a_bool():
     with pytest.raises(ValueError, match="prefix_caching"):
         EngineConfig(prefix_caching=1)
+
+
+def test_a_round_trip_ends_when_the_running_rows_fit_a_smaller_batch(model, baseline):
+    from agentic_jax.rollout.engine.runner import _row_buckets
+
+    assert _row_buckets(32) == [8, 12, 16, 24, 32] and _row_buckets(20) == [8, 12, 16, 20]
+    assert _row_buckets(4) == [4] and _row_buckets(9) == [8, 9]
+    # 16 slots, nothing queued: 6 requests end after 4 tokens. The first round trip (16
+    # rows) stops there, when the 10 left fit 12 rows; the second runs them to the end.
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, 64, 3 + i % 7).tolist() for i in range(16)]   # none shared
+    new = [4 if i % 3 == 0 else 60 for i in range(16)]
+    cfg = EngineConfig(num_slots=16, page_size=8, decode_steps=64,
+                       max_seq_len=max(map(len, prompts)) + 60)
+    keys = jax.random.split(jax.random.key(7), 16)
+    events = {}
+    for slots in (16, 1):
+        engine = Engine(model, dataclasses.replace(cfg, num_slots=slots))
+        for i, prompt in enumerate(prompts):
+            engine.submit(Request(i, tuple(prompt), new[i], keys[i]))
+        events[slots] = {e.request_id: e for e in engine.run()}
+        if slots == 16:
+            assert engine.stats.decode_calls == 2
+            assert engine.stats.row_steps == 4 * 16 + 56 * 12
+    for i in range(16):
+        assert len(events[16][i].tokens) == new[i]
+        assert events[16][i].tokens == events[1][i].tokens
+        np.testing.assert_allclose(events[16][i].logprobs, events[1][i].logprobs, atol=1e-5)
