@@ -24,11 +24,15 @@ _KEPT_EXITS = 16
 
 @dataclasses.dataclass
 class PreparedChild:
-    """A child waiting for its code: the code pipe's write end, then stdout, stderr, result."""
+    """A child waiting for its code: the code pipe's write end, then stdout, stderr, result.
+
+    delivered: the whole request is in the code pipe (whether the child took it, `unread`
+    tells)."""
 
     seq: int
     code_fd: int
     out_fds: list[int]
+    delivered: bool = False
 
     def close(self) -> None:
         if self.code_fd >= 0:

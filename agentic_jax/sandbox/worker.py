@@ -134,8 +134,12 @@ class Worker:
             try:
                 report = self._run_on(child, code, timeout_ms, history, budget_s, deadline)
             except (ChannelClosed, OSError) as err:
+                # The worker is gone. A request that no child took in full never ran (the
+                # server died, taking the children with it, before one read it): the caller
+                # runs it on the replacement.
+                started = child.delivered and not unread(child.code_fd)
                 self.kill()
-                raise WorkerDied(str(err)) from err
+                raise WorkerDied(str(err), started) from err
             finally:
                 child.close()
             if report is not None:
@@ -152,6 +156,7 @@ class Worker:
         if not write_all(child.code_fd, request, deadline):  # gone, or not reading at all
             self._channel.send({"done": child.seq})
             return None
+        child.delivered = True
         self._channel.send({"start": child.seq, "timeout_ms": int(budget_s * 1e3)})
         captures = [OutputCapture(self.cfg.max_output_bytes),
                     OutputCapture(self.cfg.max_output_bytes), OutputCapture(2 * RESULT_CAP)]

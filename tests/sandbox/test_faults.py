@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from agentic_jax.sandbox import ExecResult, Sandbox, SandboxConfig
+from agentic_jax.sandbox.server import PREPARED_AHEAD
 from tests.sandbox.conftest import probe
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -42,7 +43,10 @@ def _descendants() -> set[int]:
 
 
 def _levels(box: Sandbox, index: int = 0) -> dict[str, list[int]]:
-    """PIDs of one worker by level: outer, server, template, child (waiting or running)."""
+    """PIDs of one worker by level: outer, server, template, child (waiting or running).
+
+    A child just forked from the template still bears the template's name until it isolates
+    itself, so "template" may list such a child too (see `_victim`)."""
     outer = psutil.Process(box.worker_pids()[index])
     found = {"outer": [outer.pid], "server": [], "template": [], "child": []}
     names = {"sandbox-server": "server", "sandbox-tmpl": "template", "sandbox-child": "child"}
@@ -54,6 +58,41 @@ def _levels(box: Sandbox, index: int = 0) -> dict[str, list[int]]:
         if level:
             found[level].append(proc.pid)
     return found
+
+
+def _victim(box: Sandbox, level: str) -> int:
+    """A process of worker 0 at ``level``. Children live for milliseconds: look until one is
+    caught. The template is taken only when it is the one process of that name (the template
+    always is; a child bears it only between its fork and its isolation), never a child
+    caught in between."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = _levels(box)[level]
+        if len(found) == 1 or (found and level != "template"):
+            return found[0]
+        assert time.monotonic() < deadline, (level, found)
+
+
+def _kill_and_wait(pid: int) -> bool:
+    """SIGKILL ``pid`` and wait until it has died: a zombie counts (the template's parent
+    never reaps it), and so does a process its parent has reaped. False when it had ended
+    before the signal (a child that finished its snippet meanwhile)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        proc.send_signal(signal.SIGKILL)  # psutil checks first that the PID is still that one
+    except psutil.NoSuchProcess:
+        return False
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        assert time.monotonic() < deadline, pid
+        time.sleep(0.005)
 
 
 def _work(i: int) -> str:
@@ -71,11 +110,10 @@ def test_kill_of_each_process_level_mid_batch(level):
         probe(box)
         futures = [box.submit(_work(i)) for i in range(24)]
         time.sleep(0.1)
-        deadline = time.monotonic() + 5
-        while not (victims := _levels(box)[level]) and time.monotonic() < deadline:
-            pass  # children live for milliseconds: look until one is caught
-        assert victims, level
-        os.kill(victims[0], signal.SIGKILL)
+        # Wait for the death itself: a killed process takes a while to go (longer on a busy
+        # host), and until it has, the worker may still serve as if nothing had happened.
+        while not _kill_and_wait(_victim(box, level)):
+            pass
         results = [f.result(timeout=120) for f in futures]
         for i, result in enumerate(results):
             assert (result.ok and result.stdout == _expected(i)) or \
@@ -84,9 +122,31 @@ def test_kill_of_each_process_level_mid_batch(level):
         # A template lost between snippets costs nobody anything: the request is re-run on
         # the replacement; otherwise at most the one snippet in flight on that worker fails.
         assert failed <= (0 if level == "template" else 1), results
-        for _ in range(4):
+        # The kill may come after the worker's last snippet of the batch. Children prepared
+        # before the template was lost still serve (they were forked from it while it was
+        # clean): the worker finds it gone, and is replaced, by its (PREPARED_AHEAD + 1)th
+        # request at the latest. Idle workers are handed out in turn, so these probes give
+        # each worker that many.
+        for _ in range(box.stats()["workers"] * (PREPARED_AHEAD + 1)):
             probe(box)
         assert box.stats()["restarts"] == (0 if level == "child" else 1)
+    assert _descendants() <= before
+
+
+def test_a_request_that_finds_the_server_dead_runs_on_the_replacement():
+    """The serving process died between requests, taking its prepared children along, and
+    the outer process (stopped here) has not exited yet: the next request's code reaches no
+    child, so it is run on the replacement instead of failing."""
+    before = _descendants()
+    with Sandbox(SandboxConfig(num_workers=1, timeout_ms=5000, cache_size=0)) as box:
+        probe(box)
+        levels = _levels(box)
+        os.kill(levels["outer"][0], signal.SIGSTOP)
+        assert _kill_and_wait(levels["server"][0])
+        result = box.run(_work(3))
+        assert result.ok and result.stdout == _expected(3), result
+        assert box.stats()["restarts"] == 1
+        probe(box)
     assert _descendants() <= before
 
 
