@@ -9,8 +9,8 @@ rounds so machine load falls on all alike:
   chat      32 prompts, up to 128 new tokens, as many engine slots as prompts
   longtail  96 prompts, up to 256 new tokens, 32 engine slots: more requests than slots, so
             finished slots are refilled (HF generate pads all 96 to the longest)
-  profile   one engine decode step of 32 rows against a plain jitted forward of 32 tokens
-            without a cache, HF's forward of 32 tokens with its KV cache (what each step of
+  profile   one engine decode step of 32 rows (and of 8, 16 and 24) against a plain jitted
+            forward of 32 tokens without a cache, HF's forward of 32 tokens with its KV cache (what each step of
             HF generate runs) and the FLOP floor at the measured matmul rate; wall and CPU
             time (all threads), the latter steadier when other work shares the cores
 
@@ -107,16 +107,16 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
 
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
 
-    def engine_step(cfg: EngineConfig) -> tuple[float, float]:
-        """(wall, CPU) seconds of one decode step: 4 full round trips of 32 rows (no stop
-        ids), prefill's share of the CPU time left out in proportion to its wall time."""
+    def engine_step(cfg: EngineConfig, rows: int = 32) -> tuple[float, float]:
+        """(wall, CPU) seconds of one decode step: 4 full round trips of ``rows`` rows (no
+        stop ids), prefill's share of the CPU time left out in proportion to its wall time."""
         engine = Engine(ours, cfg)
-        for i, p in enumerate(prompts[:32]):
+        for i, p in enumerate(prompts[:rows]):
             engine.submit(Request(i, tuple(p), 4 * steps, keys[i], stop_tokens=()))
         c = time.process_time()
         engine.run()
         cpu, stats = time.process_time() - c, engine.stats
-        row_steps = max(1, stats.row_steps / 32)
+        row_steps = max(1, stats.row_steps / rows)
         return (stats.decode_s / row_steps,
                 cpu * stats.decode_s / (stats.decode_s + stats.prefill_s) / row_steps)
 
@@ -131,6 +131,14 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
         print(f"engine decode step with layer_arrays {per_step * 1e3:.0f} ms, with the stacked "
               f"weights (the default) {stacked[0][0] * 1e3:.0f} ms: "
               f"{stacked[0][0] / per_step:.2f}x (interleaved, best of 3)", flush=True)
+    # What a step of fewer rows costs (the engine's decode batches: 8, 12, 16, 24, 32 rows).
+    by_rows = {}
+    for rows in (8, 16, 24):
+        engine_step(cfgs[0], rows)  # compiles
+        by_rows[rows] = min(engine_step(cfgs[0], rows)[0] for _ in range(3))
+    print("engine decode step by rows: " + ", ".join(
+        f"{rows} rows {t * 1e3:.0f} ms" for rows, t in [*by_rows.items(), (32, per_step)])
+        + " (best of 3 each)", flush=True)
     graphdef, state = nnx.split(ours)
     forward = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))
     tokens = jnp.asarray([[p[-1]] for p in prompts[:32]], jnp.int32)
@@ -213,7 +221,8 @@ def run(args: argparse.Namespace, median_seconds) -> None:
                   f"{rate[label] / rate['HF generate (static)']:>9.2f}x "
                   f"{rate[label] / rate['HF generate_batch (CB)']:>8.2f}x")
         stats = lt.engine_stats(ours, prompts, stops, cap, cfg)
-        print(f"engine: slot utilisation {stats['slot_utilisation']:.1%}, prefill "
+        print(f"engine: slot utilisation {stats['slot_utilisation']:.1%} (tokens per row "
+              f"computed {stats['token_steps'] / max(stats['row_steps'], 1):.1%}), prefill "
               f"{stats['prefill_s']:.2f} s / decode {stats['decode_s']:.2f} s, "
               f"{stats['decode_calls']:.0f} decode round trips; prompt positions "
               f"{stats['prefill_tokens']:.0f} prefilled, {stats['cached_tokens']:.0f} read "
