@@ -241,13 +241,24 @@ def test_sleep_frees_the_pool_and_a_woken_engine_samples_as_before(model, baseli
     engine.abort(0)
     engine.update_params(model)
     assert not engine.asleep
-    for i, prompt in enumerate(PROMPTS):
-        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
-    events = {e.request_id: e for e in engine.run()}
-    for i, e in baseline.items():
-        assert events[i].tokens == e.tokens
-        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-4)
+    _assert_samples(_rerun(engine, PROMPTS), baseline, atol=1e-4)
     assert engine.pool.in_use == 0
+
+
+def _rerun(engine, prompts):
+    """Submits `prompts` as `_run` does to an engine that already ran; events by id."""
+    keys = jax.random.split(jax.random.key(7), len(prompts))
+    for i, prompt in enumerate(prompts):
+        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
+    return {e.request_id: e for e in engine.run()}
+
+
+def _assert_samples(events, expected, atol):
+    """The same tokens as ``expected``'s events, log-probs within ``atol``."""
+    assert events.keys() == expected.keys()
+    for i, e in expected.items():
+        assert events[i].tokens == e.tokens
+        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=atol)
 
 
 @pytest.mark.parametrize("pairs", [False, True], ids=["chunk", "decode-pairs"])
@@ -349,13 +360,7 @@ def test_prefix_caching_reads_nothing_the_old_weights_wrote(model):
     assert len(engine.scheduler.pages.cache) > 2
     engine.update_params(other)
     assert engine.pool.in_use == 0
-    keys = jax.random.split(jax.random.key(7), len(SHARED_START))
-    for i, prompt in enumerate(SHARED_START):
-        engine.submit(Request(i, tuple(prompt), NEW, keys[i], stop_tokens=STOPS))
-    events = {e.request_id: e for e in engine.run()}
-    for i, e in expected.items():
-        assert events[i].tokens == e.tokens
-        np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-5)
+    _assert_samples(_rerun(engine, SHARED_START), expected, atol=1e-5)
 
 
 def test_prefix_caching_must_be_a_bool():
