@@ -5,7 +5,9 @@ lives in fixed-size pages of one pool (per layer [Hkv, pages, page_size, D]) nam
 table; pages are taken as it grows and returned when it ends, and the pool is sized from a
 budget (``kv_pages`` or ``kv_cache_mb``), not from batch x max_len. Requests with the same prompt
 share the prompt's pages (prefilled once, reference counted; the partial last page is copied when
-a sample forks from it). When a sequence leaves its slot (finished, or paused for a tool) the
+a sample forks from it); with ``prefix_caching`` the full pages of prefilled prompts also stay
+after their requests end, for any later prompt that starts with the same tokens
+(`prefix_cache.PrefixCache`). When a sequence leaves its slot (finished, or paused for a tool) the
 next queued request takes it; newcomers' prompts are prefilled in chunks between decode round
 trips; when pages run out the newest sequence is preempted (pages freed, context recomputed
 later) with no change to any result, because the token at position p of a sequence is drawn with
