@@ -3,10 +3,10 @@
 Requests with the same prompt share one `Prefix`: the K/V of the prompt's first len - 1 tokens,
 prefilled once and reference counted. A sample forks from it when it is complete: its full
 pages are shared, the partial last page is copied (copy-on-write at fork, since the fork writes
-there next). With a `PrefixCache`, a context also starts from the cached full pages of any earlier
-context with the same first tokens. Also here: which contexts the next prefill call writes, and whose pages go when
-the pool is short. Plain Python and numpy: no JAX; the scheduler hands the copies and the
-chunks to the device.
+there next). With a `PrefixCache`, a context also starts from the cached full pages of any
+earlier context with the same first tokens. Also here: which contexts the next prefill call
+writes, and whose pages go when the pool is short. Plain Python and numpy: no JAX; the
+scheduler hands the copies and the chunks to the device.
 """
 
 from __future__ import annotations

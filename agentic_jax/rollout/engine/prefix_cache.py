@@ -20,7 +20,7 @@ earlier epoch is never inserted. Plain Python: no JAX.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from agentic_jax.rollout.engine.pages import PagePool
 
