@@ -428,7 +428,7 @@ def test_prefix_cache_evicts_least_recently_used_leaves_only():
     assert cache.match([1, 2, 9, 9], 4) == [a[0]]
     pool.release([a[0]])
     assert cache.evict(8) == 3 and len(cache) == 0 and pool.num_free == 8
-    # A page that a sequence still reads stays; an evicted parent's child was never kept.
+    # A page that a sequence still reads stays, and so does its parent (not a leaf).
     c = pool.alloc(2)
     cache.insert([5, 5, 6, 6], c, 4)
     assert cache.evict(8) == 0 and len(cache) == 2        # the writer holds both pages

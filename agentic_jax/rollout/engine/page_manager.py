@@ -73,8 +73,7 @@ class PageManager:
             if not seq.pages:          # a context written from scratch
                 cached = self._cached(seq.tokens, seq.context_len)
                 seq.cache_epoch = -1 if self.cache is None else self.cache.epoch
-            pages = self.alloc(max(0, -(-seq.context_len // ps) - len(cached) - len(seq.pages)),
-                               slots)
+            pages = self.alloc(seq.pages_for(seq.context_len, ps) - len(cached), slots)
             if pages is None:
                 self.pool.release(cached)
                 return False

@@ -8,9 +8,9 @@ samples of one prompt; this cache covers different prompts with a common start, 
 
 A cached page is a node of a tree: its key is (its parent node's id, the page's tokens), so
 a page is found only after the whole token run before it, and a lookup walks from the root one
-page at a time. Node ids are never reused, so a child of an evicted node is unreachable and is
-evicted with it. The cache holds one reference to each of its pages (`PagePool.share`); a
-page is evictable when that is the only one left, least recently used leaves first.
+page at a time. Only leaves are evicted, so every cached page stays reachable. The cache holds
+one reference to each of its pages (`PagePool.share`); a leaf is evictable when that is the
+only reference left to its page, least recently used first.
 
 Only K/V written by prefill and under the current weights is cached: `clear` (on new weights,
 and before the engine sleeps) starts a new epoch, and a context whose writing began in an
@@ -29,7 +29,8 @@ from agentic_jax.rollout.engine.pages import PagePool
 class _Node:
     node_id: int
     page: int
-    key: tuple[int, tuple[int, ...]]
+    key: tuple[int, tuple[int, ...]]   # (the parent's node_id, 0 for the root; the tokens)
+    parent: _Node | None
     children: int = 0
     last_use: int = 0
 
@@ -40,7 +41,6 @@ class PrefixCache:
     def __init__(self, pool: PagePool, page_size: int):
         self.pool, self.page_size = pool, page_size
         self._nodes: dict[tuple[int, tuple[int, ...]], _Node] = {}
-        self._by_id: dict[int, _Node] = {}
         self._next_id = 1            # 0 is the root
         self._clock = 0
         self.epoch = 0
@@ -81,20 +81,20 @@ class PrefixCache:
         """Caches the full pages of a context whose first ``written`` positions of ``tokens``
         are in ``pages`` (written under the current weights); returns the pages added."""
         self._clock += 1
-        parent, added = 0, 0
+        parent, added = None, 0
         for i, block in self._blocks(tokens, written):
-            key = (parent, block)
+            key = (0 if parent is None else parent.node_id, block)
             node = self._nodes.get(key)
             if node is None:
-                node = _Node(self._next_id, int(pages[i]), key)
+                node = _Node(self._next_id, int(pages[i]), key, parent)
                 self._next_id += 1
-                self._nodes[key], self._by_id[node.node_id] = node, node
-                if parent:
-                    self._by_id[parent].children += 1
+                self._nodes[key] = node
+                if parent is not None:
+                    parent.children += 1
                 self.pool.share([node.page])
                 added += 1
             node.last_use = self._clock
-            parent = node.node_id
+            parent = node
         return added
 
     def evict(self, wanted: int) -> int:
@@ -114,16 +114,14 @@ class PrefixCache:
         return freed
 
     def _remove(self, node: _Node) -> None:
-        del self._nodes[node.key], self._by_id[node.node_id]
-        parent = node.key[0]
-        if parent:
-            self._by_id[parent].children -= 1
+        del self._nodes[node.key]
+        if node.parent is not None:
+            node.parent.children -= 1
         self.pool.release([node.page])
 
     def clear(self) -> None:
         """Drops every page (their K/V belongs to the old weights) and starts a new epoch."""
         pages = self.pages
         self._nodes.clear()
-        self._by_id.clear()
         self.pool.release(pages)
         self.epoch += 1

@@ -148,8 +148,8 @@ class ModelRunner:
         n = sizes[at]
         # The round trip ends once any slot stops (``return_early``: a queued request takes
         # it), else once the running slots fit the next smaller batch, which decodes them
-        # from then on (float32 SmolLM2-135M steps of 8 / 16 / 24 / 32 rows: 25 / 35 / 46 /
-        # 61 ms).
+        # from then on (float32 SmolLM2-135M steps of 8 / 16 / 24 / 32 rows: 27 / 39 / 51 /
+        # 70 ms, `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`).
         if return_early:
             return_after = 1
         elif at > 0:
