@@ -3,10 +3,17 @@ student's code in the sandbox with its error diagnosed, and a correction hint fr
 
     python -m agentic_jax.apps.grade --input=homework.csv --out=graded.csv [--workdir=RUN]
 
-Without ``--workdir`` no hints are written (the grader and the sandbox need no model). A row
-that cannot be graded gets verdict "error" and its reason; the command never stops at a row:
-every other row is graded and written, then one line names the first bad row and the exit
-status is 2 (0 when every row was graded, 2 as well for an unreadable input or output).
+Without ``--workdir`` no hints are written (the grader and the sandbox need no model). The
+command never stops at a row: a row that cannot be graded gets verdict "error" and its reason
+in the output, every other row is graded and written, and each bad row is one line on stderr
+("row N: reason", N counting data rows from 1). The exit status says which `outcome` it was:
+
+    0  every row graded
+    3  partial: the output holds every row, some of them with verdict "error"
+    2  nothing graded: no readable row (each named on stderr), or an unreadable input file,
+       output path or run; nothing is written
+
+The server's ``POST /api/grade`` answers 200, 207 and 422 for the same three outcomes.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.reward import extract_answer, grade_answer
 
 SANDBOX_CHUNK = 4  # snippets of one budgeted upload queued on the sandbox at a time
+# Each `outcome` as the command's exit status and as the server's HTTP status.
+EXIT_STATUS = {"graded": 0, "partial": 3, "unreadable": 2}
+HTTP_STATUS = {"graded": 200, "partial": 207, "unreadable": 422}
 HintFn = Callable[[Sequence["GradedRow"], Sequence[HomeworkRow]], list[str]]
 _LINE = re.compile(r"\(line (\d+)\)")
 
@@ -172,6 +182,31 @@ def summary(results: Sequence[GradedRow]) -> dict[str, int]:
     return counts
 
 
+def outcome(rows: Sequence[HomeworkRow], results: Sequence[GradedRow] = ()) -> str:
+    """"unreadable" (no row could be read: nothing to grade), "partial" (some ``results``
+    have verdict "error") or "graded" (every row was)."""
+    if all(r.error for r in rows):  # an empty upload as well
+        return "unreadable"
+    return "partial" if any(r.verdict == "error" for r in results) else "graded"
+
+
+def row_problems(results: Sequence[GradedRow]) -> list[str]:
+    """"row N: reason" for each row that could not be graded."""
+    return [f"row {r.row}: {r.error}" for r in results if r.verdict == "error"]
+
+
+def unread(rows: Sequence[HomeworkRow]) -> list[GradedRow]:
+    """The results of rows that could not be read (without grading the others)."""
+    return [GradedRow(r.index, error=r.error) for r in rows if r.error]
+
+
+def first_problem(rows: Sequence[HomeworkRow]) -> str:
+    """Why nothing of an "unreadable" upload can be graded, in one line."""
+    if not rows:
+        return "no rows"
+    return f"no readable row ({len(rows)} rows); first: {row_problems(unread(rows[:1]))[0]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
@@ -186,7 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = read_homework(args.input)
     except UserError as err:
         print(f"error: --input: {err}", file=sys.stderr)
-        return 2
+        return EXIT_STATUS["unreadable"]
+    if outcome(rows) == "unreadable":
+        _report(row_problems(unread(rows)))
+        print(f"error: --input: {args.input}: {first_problem(rows)}; nothing written",
+              file=sys.stderr)
+        return EXIT_STATUS["unreadable"]
     from agentic_jax.apps.hints import hint_session
     from agentic_jax.apps.sandboxes import grading_sandbox
 
@@ -196,20 +236,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             hints = stack.enter_context(hint_session(args.workdir, args.hint_tokens))
         except USER_ERRORS as err:  # no run, or no checkpoint in it
             print(f"error: --workdir: {err}", file=sys.stderr)
-            return 2
+            return EXIT_STATUS["unreadable"]
         results = grade_rows(rows, sandbox, hints, progress=_progress)
     try:
         write_results_csv([dataclasses.asdict(r) for r in results], args.out)
     except OSError as err:
         print(f"error: --out: {err}", file=sys.stderr)
-        return 2
+        return EXIT_STATUS["unreadable"]
     print(f"\n{summary(results)} -> {args.out}")
-    bad = [r for r in results if r.verdict == "error"]
-    if bad:
-        print(f"error: {len(bad)} row(s) could not be graded; first: row {bad[0].row}: "
-              f"{bad[0].error}", file=sys.stderr)
-        return 2
-    return 0
+    result = outcome(rows, results)
+    if result == "partial":
+        problems = row_problems(results)
+        _report(problems)
+        print(f"error: {len(problems)} of {len(results)} rows could not be graded (verdict "
+              f"\"error\" in {args.out}); first: {problems[0]}", file=sys.stderr)
+    return EXIT_STATUS[result]
+
+
+def _report(problems: Sequence[str]) -> None:
+    for line in problems:
+        print(line, file=sys.stderr)
 
 
 def _progress(done: int, total: int) -> None:

@@ -140,19 +140,53 @@ def test_the_command_writes_csv(tmp_path, capsys):
     out = tmp_path / "graded.csv"
     assert grade.main([f"--input={src}", f"--out={out}"]) == 0
     capsys.readouterr()
-    # A bad line (here nested past the JSON depth bound) among good ones: every good row is
-    # graded and written, one line names it, exit status 2, no traceback.
+    # Bad lines (here one nested past the JSON depth bound) among good ones: every good row is
+    # graded and written, each bad one is a line naming it, exit status 3 (partial).
     src.write_text(good + "\n" + "[" * 100_000 + "\nbad\n")
-    assert grade.main([f"--input={src}", f"--out={out}"]) == 2
+    assert grade.main([f"--input={src}", f"--out={out}"]) == grade.EXIT_STATUS["partial"] == 3
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert [r["verdict"] for r in rows] == ["correct", "incorrect", "error", "error"]
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: 2 row(s) could not be graded; first: row 3: not a JSON line")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-3].startswith("row 3: not a JSON line (JSONDepthError")
+    assert err[-2].startswith("row 4: not a JSON line (JSONDecodeError")
+    assert err[-1].startswith("error: 2 of 4 rows could not be graded")
+    assert "first: row 3: not a JSON line" in err[-1]
     assert grade.main([f"--input={src}", f"--out={tmp_path / 'no' / 'dir.csv'}"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --out:")
     assert grade.main([f"--input={tmp_path / 'missing.csv'}", f"--out={out}"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_command_refuses_input_with_no_readable_row(tmp_path, capsys):
+    out = tmp_path / "graded.csv"
+    src = tmp_path / "hw.jsonl"
+    src.write_text("[" * 100_000 + "\n" + json.dumps({"question": "q", "answer": "2"}) + "\n")
+    assert grade.main([f"--input={src}", f"--out={out}"]) == grade.EXIT_STATUS["unreadable"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("row 1: not a JSON line (JSONDepthError")
+    assert err[1] == "row 2: student_answer or student_code: expected at least one"
+    assert err[2].startswith(f"error: --input: {src}: no readable row (2 rows); first: row 1: ")
+    assert err[2].endswith("; nothing written") and not out.exists()
+    src.write_text("\n\n")
+    assert grade.main([f"--input={src}", f"--out={out}"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --input: {src}: no rows; nothing written"
+    header_only = tmp_path / "hw.csv"
+    header_only.write_text("question,answer,student_answer\n")
+    assert grade.main([f"--input={header_only}", f"--out={out}"]) == 2
+    assert not out.exists()
+
+
+def test_outcome_tells_all_partial_and_none_apart(sandbox):
+    good = {"question": "q", "answer": "2", "student_answer": "2"}
+    rows = parse_homework(_jsonl([good, {"question": "q"}]), "jsonl")
+    results = grade.grade_rows(rows, sandbox)
+    assert grade.outcome(rows, results) == "partial"
+    assert grade.row_problems(results) == [
+        "row 2: reference_answer or tests: expected at least one"]
+    assert grade.outcome(rows[:1], results[:1]) == "graded"
+    assert grade.outcome(rows[1:]) == grade.outcome([]) == "unreadable"
+    assert grade.HTTP_STATUS == {"graded": 200, "partial": 207, "unreadable": 422}
 
 
 class _SlowSandbox:
