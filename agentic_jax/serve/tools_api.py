@@ -1,6 +1,8 @@
 """The page's JSON routes: homework grading, derivation checks, plots and practice.
 
     POST /api/grade            {"text": file contents, "format": "csv"|"jsonl", "hints": bool}
+                               -> 200 every row graded, 207 some rows not (each in "errors"),
+                               422 no readable row (the first named; 400: no readable file)
     POST /api/derivation       {"text": "one step per line"}
     POST /api/plot             {"text": "x^2; y = sin(x)", "xmin": -5, "xmax": 5} -> image/png
     POST /api/practice/next    {"learner": "ada"}
@@ -138,7 +140,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
     async def grade(request: Request):
         body = await _body(request, GradeBody, MAX_UPLOAD_BYTES + 4096)
         # Rendered in the thread too: 10,000 graded rows are megabytes of JSON.
-        return await run_in_threadpool(lambda: JSONResponse(_grade(service, body)))
+        return await run_in_threadpool(_grade, service, body)
 
     @app.post("/api/derivation")
     async def derivation(request: Request):
@@ -186,8 +188,8 @@ def add_routes(app: FastAPI, service: Any) -> None:
         return {"feedback": dataclasses.asdict(feedback), "progress": learner.progress()}
 
 
-def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
-    from agentic_jax.apps.grade import grade_rows, summary
+def _grade(service: Any, body: GradeBody) -> JSONResponse:
+    from agentic_jax.apps.grade import HTTP_STATUS, first_problem, grade_rows, outcome, summary
     from agentic_jax.apps.hints import policy_hint_fn
     from agentic_jax.apps.homework import parse_homework, write_results_csv
 
@@ -195,6 +197,8 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
         rows = parse_homework(body.text, body.format)
     except ValueError as err:
         raise RequestError(400, f"text: {err}", "text") from None
+    if outcome(rows) == "unreadable":
+        raise RequestError(HTTP_STATUS["unreadable"], f"text: {first_problem(rows)}", "text")
     tools = service.tools
     hints = (policy_hint_fn(tools.hint_worker, slots=tools.hint_slots()) if body.hints
              else None)
@@ -203,4 +207,9 @@ def _grade(service: Any, body: GradeBody) -> dict[str, Any]:
     results = [dataclasses.asdict(r) for r in graded]
     out = io.StringIO()
     write_results_csv(results, out)
-    return {"summary": summary(graded), "rows": results, "csv": out.getvalue()}
+    result = outcome(rows, graded)
+    return JSONResponse({"status": result, "summary": summary(graded),
+                         "errors": [{"row": r.row, "error": r.error} for r in graded
+                                    if r.verdict == "error"],
+                         "rows": results, "csv": out.getvalue()},
+                        status_code=HTTP_STATUS[result])

@@ -51,6 +51,32 @@ def test_grade_returns_rows_and_a_csv_with_policy_hints(url):
     assert _post(url, "/api/grade", {"text": "", "format": "xls"}).status_code == 400
 
 
+def test_grade_status_tells_all_partial_and_none_apart(url):
+    good = json.dumps({"question": "1+1", "answer": "2", "student_answer": "2"})
+    deep = "[" * 100_000 + "]" * 100_000
+    whole = _post(url, "/api/grade", {"text": good, "format": "jsonl"})
+    assert whole.status_code == 200 and whole.json()["status"] == "graded"
+    assert whole.json()["errors"] == []
+    partial = _post(url, "/api/grade", {"text": f"{good}\n{deep}\n{good}", "format": "jsonl"})
+    assert partial.status_code == 207
+    data = partial.json()
+    assert data["status"] == "partial" and [r["verdict"] for r in data["rows"]] == [
+        "correct", "error", "correct"]
+    assert data["errors"] == [{"row": 2, "error": "not a JSON line (JSONDepthError: JSON nested "
+                                                 "deeper than 32 levels)"}]
+    for text in (deep, "", "\n\n"):  # no readable row: 422 naming the first problem
+        none = _post(url, "/api/grade", {"text": text, "format": "jsonl"})
+        assert none.status_code == 422, text[:10]
+        error = none.json()["error"]
+        assert error["param"] == "text" and error["message"].startswith("text: no r")
+    assert "first: row 1: not a JSON line (JSONDepthError" in _post(
+        url, "/api/grade", {"text": deep, "format": "jsonl"}).json()["error"]["message"]
+    header_only = _post(url, "/api/grade", {"text": "question,answer,student_answer\n",
+                                            "format": "csv"})
+    assert header_only.status_code == 422
+    assert header_only.json()["error"]["message"] == "text: no rows"
+
+
 def test_derivation_route(url):
     data = _post(url, "/api/derivation", {"text": "(x+1)^2\n= x^2 + 2x + 1\n= x^2 + 1"}).json()
     assert not data["ok"] and data["first_invalid"] == 2
