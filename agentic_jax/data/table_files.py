@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from agentic_jax.errors import UserError
+from agentic_jax.utils.files import loads_bounded
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -36,15 +37,22 @@ def _jsonl(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
                 continue
             where = f"{path}:{line_no}"
             try:
-                yield Row(where, json.loads(line))
+                data = loads_bounded(line)
             except json.JSONDecodeError as err:
                 on_error(where, f"not JSON ({err.msg})")
+                continue
+            except ValueError as err:  # nested past the bound (CPython's parser would recurse)
+                on_error(where, str(err))
+                continue
+            yield Row(where, data)
 
 
 def _json(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
     with open(path, encoding="utf-8") as f:
         try:
             data = json.load(f)
+        except RecursionError:
+            raise UserError(f"{path}: JSON nested too deep to read") from None
         except json.JSONDecodeError as err:
             if err.msg == "Extra data":  # JSON lines under a .json name, as hub exports often are
                 yield from _jsonl(path, on_error)
