@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ from agentic_jax.data.curriculum import generate_curriculum
 from agentic_jax.data.problem import Problem
 from agentic_jax.data.split import split_problems
 from agentic_jax.errors import UserError
+from agentic_jax.utils.files import loads_bounded
 
 _TFDS_BUILDER_MODULES = (
     "tensorflow_datasets.text.gsm8k",
@@ -116,7 +116,7 @@ def _jsonl_rows(path: str, stats: SourceStats) -> Iterator[Problem]:
                 continue
             where = f"{path}:{line_no}"
             try:
-                row = json.loads(line)
+                row = loads_bounded(line)  # a deep line is a ValueError, not a crash
                 if not isinstance(row, dict):
                     raise UserError(f"expected a JSON object, got {type(row).__name__}")
                 tests = row.get("tests")

@@ -35,3 +35,14 @@ def test_a_deeply_nested_json_file_is_one_clear_error(tmp_path):
     path.write_text(DEEP)
     with pytest.raises(UserError, match="bench.json: JSON nested too deep to read"):
         list(read_rows(str(path)))
+
+
+def test_a_deeply_nested_line_of_a_jsonl_source_is_one_skipped_row(tmp_path):
+    from agentic_jax.data.sources import load_source
+
+    path = tmp_path / "train.jsonl"
+    path.write_text(f'{json.dumps({"question": "1+1", "answer": "2"})}\n{DEEP}\n')
+    stats = SourceStats()
+    problems = load_source(f"jsonl:{path}", stats=stats)
+    assert [p.answer for p in problems] == ["2"]
+    assert stats.reasons == [f"{path}:2: JSON nested deeper than 32 levels"]
