@@ -29,6 +29,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.commands import variants_usage
 from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.evaluation import markdown_table
 
@@ -199,4 +200,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    __doc__ += variants_usage()  # absl's --help prints the main module's docstring
     app.run(lambda argv: sys.exit(main(argv)))

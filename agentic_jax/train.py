@@ -21,6 +21,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from agentic_jax.commands import variants_usage
 from agentic_jax.errors import USER_ERRORS
 from agentic_jax.parallel import distributed
 
@@ -97,4 +98,5 @@ def run() -> None:
 
 
 if __name__ == "__main__":
+    __doc__ += variants_usage()  # absl's --help prints the main module's docstring
     run()
