@@ -3,7 +3,8 @@
 
 Only the main process writes. On resume, records newer than the restored step (logged after the
 last checkpoint by a run that then died) are moved to ``metrics.discarded.jsonl`` so the curve
-has no duplicate steps and nothing written is lost.
+has no duplicate steps and nothing written is lost. A last line cut short (a crash during a
+write) goes there too, so the next record starts on a line of its own.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class MetricsWriter:
         if not enabled:
             return
         os.makedirs(workdir, exist_ok=True)
+        self._repair_tail()
         if resume_step is not None:
             self._truncate_after(resume_step)
         if tensorboard:
@@ -89,15 +91,41 @@ class MetricsWriter:
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
         self._file = open(self.path, "a", encoding="utf-8")
 
+    def _repair_tail(self) -> None:
+        """Ends the file with a newline: a last line that is a whole record gets its newline, a
+        cut one is removed (and kept in the discarded file as it was)."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            try:
+                whole = isinstance(json.loads(tail), dict)
+            except ValueError:
+                whole = False
+            if whole:
+                f.write(b"\n")
+                return
+            with open(self._discarded_path, "ab") as out:
+                out.write(tail + b"\n")
+            f.truncate(cut)
+        logger.warning("%s: its last line was cut short (%d bytes, a crash during a write); "
+                       "moved to %s", self.path, len(tail), DISCARDED_FILE)
+
+    @property
+    def _discarded_path(self) -> str:
+        return os.path.join(os.path.dirname(self.path), DISCARDED_FILE)
+
     def _truncate_after(self, step: int) -> None:
         records, _ = read_metrics(self.path)
         keep = [r for r in records if r.get("step", -1) <= step]
         drop = [r for r in records if r.get("step", -1) > step]
         if not drop:
             return
-        with open(
-            os.path.join(os.path.dirname(self.path), DISCARDED_FILE), "a", encoding="utf-8"
-        ) as f:
+        with open(self._discarded_path, "a", encoding="utf-8") as f:
             for r in drop:
                 f.write(json.dumps(r) + "\n")
         tmp = self.path + ".tmp"

@@ -40,6 +40,28 @@ def test_resume_moves_newer_records_aside(tmp_path):
     assert [r["step"] for r in discarded] == [4, 5]
 
 
+def test_a_cut_last_line_is_moved_aside_before_the_next_record(tmp_path):
+    # What a crash during a write leaves: step 3's record cut short, no newline.
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n"
+                    + '{"step": 3, "rew')
+    with MetricsWriter(str(tmp_path), tensorboard=False, resume_step=2) as w:
+        w.write(3, {"reward": 3.0})
+    records, skipped = read_metrics(str(path))
+    assert skipped == 0 and [r["step"] for r in records] == [1, 2, 3]
+    assert records[2]["reward"] == 3.0
+    assert (tmp_path / "metrics.discarded.jsonl").read_text() == '{"step": 3, "rew\n'
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}))
+    with MetricsWriter(str(tmp_path), tensorboard=False, resume_step=2) as w:
+        w.write(3, {})
+    assert [r["step"] for r in read_metrics(str(path))[0]] == [1, 2, 3]
+    assert not (tmp_path / "metrics.discarded.jsonl").exists()
+
+
 def test_disabled_writer_writes_nothing(tmp_path):
     w = MetricsWriter(str(tmp_path / "run"), enabled=False)
     w.write(1, {"reward": 1.0})
