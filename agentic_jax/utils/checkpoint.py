@@ -6,20 +6,43 @@ keys, step) and ``meta`` (plain JSON: data and curriculum position, controller s
 fingerprint). orbax writes each step into a temporary directory and renames it when complete,
 so a process killed mid-save leaves the previous checkpoint untouched; a newest checkpoint that
 is corrupted anyway (truncated files, bad metadata) is reported and skipped in favour of the
-newest intact one.
+newest intact one, and with ``set_aside`` moved to ``checkpoints.corrupt/`` so that no later
+restore or cleanup counts it as a checkpoint.
+
+A save that fails (a full disk, a quota) raises `CheckpointSaveError`, one line naming the
+cause, from `maybe_save` (or, saving in the background, from the next `check`, `wait` or
+`close`); its temporary directory is removed and the previous checkpoints are kept. orbax's
+own tracebacks of that failure (hundreds of lines from its writer threads) are not logged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import logging
 import os
+import re
+import shutil
+import time
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
+from agentic_jax.errors import UserError
+
 logger = logging.getLogger(__name__)
+CORRUPT_SUFFIX = ".corrupt"
+_OS_ERROR = re.compile(r"([^:\"]+) \[os_error_code='(\d+)'\]")
+_STATUS = re.compile(r"^([A-Z][A-Z_]+): ")
+
+
+class CheckpointSaveError(UserError):
+    """A checkpoint could not be written; the message names the cause in one line."""
+
+
+class NoRestorableCheckpoint(UserError):
+    """Checkpoints exist, yet none of them restores."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +81,10 @@ class Checkpointer:
             create=True,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._async = async_save
+        self._in_flight: int | None = None   # the step a background save is writing
+        self._failed = False
+        _quiet_orbax_tracebacks()
 
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps(read=True))
@@ -70,17 +97,43 @@ class Checkpointer:
             return False
         if step in self._manager.all_steps():
             return False
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
+        if self._in_flight is not None:  # its failure is its own, not this step's
+            self.wait()
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+        except Exception as err:  # noqa: BLE001 - whatever failed, the run must stop here
+            raise self._save_failed(step, err) from None
+        self._in_flight = step if self._async else None
         return True
 
-    def restore_latest(self, abstract_state: Any, *, partial: bool = False) -> Restored | None:
+    def check(self) -> None:
+        """Raises `CheckpointSaveError` when a background save has failed (without waiting
+        for one still running)."""
+        if self._in_flight is not None and not self._manager.is_saving_in_progress():
+            self.wait()
+
+    def _save_failed(self, step: int | None, err: BaseException) -> CheckpointSaveError:
+        """The one-line error of a failed save; its partial directory is removed first (it
+        holds disk space, and orbax would trip over it at the next save)."""
+        self._failed, self._in_flight = True, None
+        if jax.process_index() == 0:
+            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+                shutil.rmtree(partial, ignore_errors=True)
+        kept = [s for s in self.all_steps() if s != step]
+        what = "a checkpoint" if step is None else f"the checkpoint of step {step}"
+        return CheckpointSaveError(
+            f"saving {what} in {self.directory} failed: {cause(err)}"
+            + (f" (step {kept[-1]}'s checkpoint is intact)" if kept else ""))
+
+    def restore_latest(self, abstract_state: Any, *, partial: bool = False,
+                       set_aside: bool = False) -> Restored | None:
         """Restores the newest checkpoint that loads, or None when there is none.
 
         Args:
@@ -88,6 +141,9 @@ class Checkpointer:
             structure, dtypes and placement to restore into.
           partial: restore only the subtrees ``abstract_state`` names (e.g. just the policy
             parameters of a full training state); the rest is not read.
+          set_aside: move checkpoints newer than the one restored, which failed to restore, to
+            ``checkpoints.corrupt/``; when none restores, raise `NoRestorableCheckpoint` (then
+            nothing is moved: a mismatch of every checkpoint is no proof of corruption).
         """
         self._manager.reload()
         abstract = jax.tree.map(_as_abstract, abstract_state)
@@ -97,36 +153,94 @@ class Checkpointer:
                 partial_restore=True)
         else:
             state_args = ocp.args.StandardRestore(abstract)
+        failed: list[tuple[int, str]] = []
         for step in sorted(self._manager.all_steps(read=True), reverse=True):
             try:
                 restored = self._manager.restore(
                     step, args=ocp.args.Composite(state=state_args, meta=ocp.args.JsonRestore()))
             except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
-                logger.warning(
-                    "checkpoint at step %d in %s cannot be restored (%s: %s); "
-                    "trying an older one",
-                    step,
-                    self.directory,
-                    type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "",
-                )
+                failed.append((step, f"{type(e).__name__}: {cause(e)}"))
+                logger.warning("checkpoint at step %d in %s cannot be restored (%s); trying an "
+                               "older one", step, self.directory, failed[-1][1])
                 continue
+            if set_aside:
+                for bad, _ in failed:
+                    self._set_aside(bad)
             return Restored(step=step, state=restored["state"], meta=dict(restored["meta"] or {}))
+        if failed and set_aside:
+            raise NoRestorableCheckpoint(
+                f"{self.directory}: none of its {len(failed)} checkpoints restores (step "
+                f"{failed[0][0]}: {failed[0][1]}); move the directory aside to start afresh")
         return None
 
+    def _set_aside(self, step: int) -> None:
+        """Moves step ``step``'s directory to ``checkpoints.corrupt/`` (process 0 moves it)."""
+        if jax.process_index() == 0:
+            aside = self.directory + CORRUPT_SUFFIX
+            target = os.path.join(aside, str(step))
+            if os.path.exists(target):
+                target += f"-{int(time.time())}"
+            os.makedirs(aside, exist_ok=True)
+            shutil.move(os.path.join(self.directory, str(step)), target)
+            logger.warning("moved the checkpoint of step %d, which does not restore, to %s",
+                           step, target)
+        self._manager.reload()
+
     def wait(self) -> None:
-        """Blocks until pending async saves are on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending async saves are on disk; `CheckpointSaveError` if one failed."""
+        step = self._in_flight
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:  # noqa: BLE001 - a background save failed
+            raise self._save_failed(step, err) from None
+        self._in_flight = None
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            if not self._failed:  # a failed save was raised once already
+                self.wait()
+        finally:
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001 - the failed save again
+                if not self._failed:
+                    raise
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def cause(err: BaseException) -> str:
+    """The reason an orbax / tensorstore error gives, in one line: "RESOURCE_EXHAUSTED: No
+    space left on device (errno 28)" rather than its paths and byte counts."""
+    text = str(err).strip() or type(err).__name__
+    found = _OS_ERROR.findall(text)
+    if found:
+        status = _STATUS.match(text)
+        reason, code = found[-1]
+        return f"{status.group(1) + ': ' if status else ''}{reason.strip()} (errno {code})"
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror} (errno {err.errno})"
+    line = text.splitlines()[0]
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+class _DropOrbaxTracebacks(logging.Filter):
+    """orbax logs each failed save from every writer thread with a traceback; `Checkpointer`
+    raises the failure itself in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_orbax = f"{os.sep}orbax{os.sep}" in (record.pathname or "")
+        return not (from_orbax and record.levelno >= logging.ERROR and record.exc_info)
+
+
+def _quiet_orbax_tracebacks() -> None:
+    absl_logger = logging.getLogger("absl")
+    if not any(isinstance(f, _DropOrbaxTracebacks) for f in absl_logger.filters):
+        absl_logger.addFilter(_DropOrbaxTracebacks())
 
 
 def _as_abstract(x: Any) -> Any:

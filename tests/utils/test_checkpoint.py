@@ -1,6 +1,10 @@
-"""Checkpointer: round trip, keep-N, corrupted newest falls back, a killed save loses nothing."""
+"""Checkpointer: round trip, keep-N, corrupted newest falls back (and with set_aside is moved
+out), a killed save loses nothing, a failed save is one line and keeps the previous one."""
 
+import contextlib
+import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -13,6 +17,7 @@ import numpy as np
 import pytest
 
 from agentic_jax.utils import Checkpointer
+from agentic_jax.utils.checkpoint import CheckpointSaveError, NoRestorableCheckpoint
 
 
 def _state(seed: int):
@@ -63,6 +68,69 @@ def test_corrupted_newest_falls_back(tmp_path, caplog):
     assert restored.step == 1
     assert restored.meta == {"pos": 1}
     assert any("step 2" in r.getMessage() for r in caplog.records)
+
+
+def _corrupt(step_dir):
+    for root, _, files in os.walk(step_dir / "state"):
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"\x00garbage")
+
+
+def test_set_aside_moves_corrupt_checkpoints_out(tmp_path):
+    directory = tmp_path / "checkpoints"
+    with Checkpointer(str(directory), every_steps=1, keep=3, async_save=False) as ck:
+        for step in (1, 2, 3):
+            ck.maybe_save(step, _state(step), {"pos": step})
+    _corrupt(directory / "2")
+    _corrupt(directory / "3")
+    with Checkpointer(str(directory), every_steps=1, keep=3) as ck:
+        restored = ck.restore_latest(_state(0), set_aside=True)
+        assert restored.step == 1 and ck.all_steps() == [1]
+    assert sorted(os.listdir(tmp_path / "checkpoints.corrupt")) == ["2", "3"]
+    # Every checkpoint failing is no proof of corruption (another model, say): nothing moves.
+    _corrupt(directory / "1")
+    with Checkpointer(str(directory), every_steps=1, keep=3) as ck:
+        with pytest.raises(NoRestorableCheckpoint, match=r"none of its 1 checkpoints restores "
+                                                         r"\(step 1: "):
+            ck.restore_latest(_state(0), set_aside=True)
+        assert ck.restore_latest(_state(0)) is None
+    assert os.listdir(directory) == ["1"]
+
+
+@contextlib.contextmanager
+def _file_size_limit(nbytes):
+    """Writes past ``nbytes`` fail (EFBIG) in this process, as on a full disk."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_failed_save_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, caplog,
+                                                                      async_save):
+    big = {"w": jax.random.normal(jax.random.key(0), (256, 1024))}  # 1 MB, incompressible
+    with Checkpointer(str(tmp_path), every_steps=1, keep=1, async_save=async_save) as ck:
+        ck.maybe_save(1, big, {"pos": 1})
+        ck.wait()
+        caplog.clear()
+        with _file_size_limit(100_000), pytest.raises(CheckpointSaveError) as failed:
+            ck.maybe_save(2, big, {"pos": 2})
+            ck.wait()  # a background save fails here at the latest
+    message = str(failed.value)
+    assert message == (f"saving the checkpoint of step 2 in {tmp_path} failed: OUT_OF_RANGE: "
+                       "File too large (errno 27) (step 1's checkpoint is intact)")
+    assert not any(r.exc_info for r in caplog.records)  # orbax's tracebacks are not logged
+    assert os.listdir(tmp_path) == ["1"]  # no temporary directory left; keep=1 kept step 1
+    with Checkpointer(str(tmp_path), every_steps=1, keep=1) as ck:
+        restored = ck.restore_latest({"w": jnp.zeros((256, 1024))})
+    assert restored.step == 1
+    np.testing.assert_array_equal(restored.state["w"], big["w"])
 
 
 def test_process_killed_during_save_keeps_previous(tmp_path):
