@@ -28,6 +28,8 @@ class Episode:
       logprobs: per response token, the sampler's log-probability (temperature 1); 0 for tools.
       values: per response token, the critic's value before sampling it (0 without a critic).
       versions: per response token, the policy version that sampled it (-1 for tool tokens).
+      top_logprobs: when its sampling asked for them (serving), per response token the most
+        likely (token id, log-prob) pairs at its position (None for tool tokens); else None.
       text: the decoded response (what the reward reads).
       num_tool_calls / num_tool_failures: executed snippets and how many of them failed.
       tool_errors / tool_ms: the failed snippets' error names and the time spent on tools.
@@ -45,6 +47,9 @@ class Episode:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
     versions: list[int] = dataclasses.field(default_factory=list)
+    # Serving's alone: training never asks for it, and hosts do not exchange it.
+    top_logprobs: list[list[tuple[int, float]] | None] | None = dataclasses.field(
+        default=None, metadata={"gathered": False})
     text: str = ""
     num_tool_calls: int = 0
     num_tool_failures: int = 0
@@ -62,8 +67,13 @@ class Episode:
     answered: bool = False
 
     def add_model_tokens(self, tokens: Sequence[int], logprobs: Sequence[float],
-                         values: Sequence[float], versions: Sequence[int] | None = None) -> None:
+                         values: Sequence[float], versions: Sequence[int] | None = None,
+                         top_logprobs: Sequence[list[tuple[int, float]]] | None = None) -> None:
         """Appends sampled tokens; ``versions`` None: all sampled by version 0."""
+        if top_logprobs is not None:
+            if self.top_logprobs is None:
+                self.top_logprobs = [None] * len(self.response_tokens)
+            self.top_logprobs.extend(top_logprobs)
         self.response_tokens.extend(int(t) for t in tokens)
         self.loss_mask.extend([1] * len(tokens))
         self.logprobs.extend(float(x) for x in logprobs)
@@ -72,6 +82,8 @@ class Episode:
                              else [int(v) for v in versions])
 
     def add_tool_tokens(self, tokens: Sequence[int]) -> None:
+        if self.top_logprobs is not None:
+            self.top_logprobs.extend([None] * len(tokens))
         self.response_tokens.extend(int(t) for t in tokens)
         self.loss_mask.extend([0] * len(tokens))
         self.logprobs.extend([0.0] * len(tokens))
@@ -82,6 +94,8 @@ class Episode:
         """Keeps the first ``length`` response tokens."""
         del self.response_tokens[length:], self.loss_mask[length:]
         del self.logprobs[length:], self.values[length:], self.versions[length:]
+        if self.top_logprobs is not None:
+            del self.top_logprobs[length:]
 
     @property
     def num_model_tokens(self) -> int:

@@ -94,6 +94,14 @@ def sample_tokens(
     return tokens, logprobs[:, 0]
 
 
+def top_logprobs(logits: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """The ``k`` most likely tokens of each row under the untempered policy, most likely first:
+    (log-probs float32 [B, k], ids int32 [B, k]). The log-probs are computed as `sample_tokens`
+    computes a sampled token's, so a sampled token listed here has the same number."""
+    values, ids = jax.lax.top_k(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), k)
+    return values, ids.astype(jnp.int32)
+
+
 def _greedy(logits: jax.Array, temperature: float | jax.Array) -> jax.Array:
     """argmax per row, computed only when some row is greedy (temperature <= 0): over a 49k
     vocabulary the argmax was 4% of a CPU decode step that samples every row."""

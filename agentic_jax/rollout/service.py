@@ -201,7 +201,8 @@ class RolloutService:
     def _on_event(self, handle: int, live: Live, event: Event) -> None:
         """An episode left its slot: DECODING -> RUNNING_TOOL | READY | DONE."""
         ep = live.episode
-        ep.add_model_tokens(event.tokens, event.logprobs, event.values, event.versions)
+        ep.add_model_tokens(event.tokens, event.logprobs, event.values, event.versions,
+                            event.top_logprobs)
         if event.kind == "finished":
             finish(live, "eos" if event.reason == "stop" else "length", void=True)
             return

@@ -54,7 +54,9 @@ _SCALARS = ("int", "float", "bool")
 
 
 def _fields() -> list[dataclasses.Field]:
-    fields = dataclasses.fields(Episode)
+    """The fields hosts exchange (not those marked ``metadata={"gathered": False}``, which
+    arrive at their defaults)."""
+    fields = [f for f in dataclasses.fields(Episode) if f.metadata.get("gathered", True)]
     for f in fields:
         if f.type not in _RAGGED and f.type not in _SCALARS:
             raise TypeError(f"Episode.{f.name}: a field of type {f.type} cannot be gathered")

@@ -22,7 +22,8 @@ fold_in(request.key, p), whatever the slot count, page size, arrival order or pr
     events = engine.step()        # one admission + prefill chunk + decode round trip
     events = engine.run()         # step until nothing is queued or decoding
     # Event(request_id, kind="finished" | "paused", reason="stop" | "length" | "pause",
-    #       tokens=[model tokens of the turn], logprobs=f32 [n] (untempered), values=f32 [n])
+    #       tokens=[model tokens of the turn], logprobs=f32 [n] (untempered), values=f32 [n],
+    #       top_logprobs=k most likely (id, log-prob) a token when sampling.top_logprobs = k)
     engine.resume(i, tool_output_tokens)   # a paused sequence continues after these tokens
     engine.release(i)                      # or ends, freeing its pages
     engine.stats                  # EngineStats: slot utilisation, pages in use / peak / pool,

@@ -37,7 +37,7 @@ from agentic_jax.models.layers import dense
 from agentic_jax.models.lora import adapter_output
 from agentic_jax.models.partitioning import logical_to_mesh_spec
 from agentic_jax.models.rope import rope_inverse_frequencies
-from agentic_jax.rollout.sampling import sample_tokens
+from agentic_jax.rollout.sampling import sample_tokens, top_logprobs as top_k_logprobs
 
 
 def with_dtype(graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig, dtype: str
@@ -166,7 +166,9 @@ class SlotState(NamedTuple):
 
 class DecodeOut(NamedTuple):
     """tokens / logprobs / values [S, N] (first count[s] valid), count [S], stopped [S] (emitted a
-    stop id), steps (decode steps run), and the updated slot state and pool."""
+    stop id), steps (decode steps run), and the updated slot state and pool; with
+    ``top_logprobs`` = K > 0, top_logprobs float32 / top_ids int32 [S, N, K], the K most likely
+    tokens at each step (else None)."""
 
     tokens: jax.Array
     logprobs: jax.Array
@@ -176,6 +178,8 @@ class DecodeOut(NamedTuple):
     steps: jax.Array
     slots: SlotState
     kv: PagedKV
+    top_logprobs: jax.Array | None = None
+    top_ids: jax.Array | None = None
 
 
 def resolve_decode_impl(impl: str) -> str:
@@ -267,7 +271,8 @@ def _prefill(graphdef, weights: EngineWeights, kv: PagedKV, tokens, start, chunk
 
 def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, block_tables,
             pairs: PagePairs, temperature, top_p, return_after, allowed=None, *, num_steps: int,
-            top_k: int, use_filter: bool, attention_impl: str) -> DecodeOut:
+            top_k: int, use_filter: bool, attention_impl: str, top_logprobs: int = 0
+            ) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
     ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
@@ -280,6 +285,9 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
 
     A slot stops after a stop id or when its budget is spent. The loop ends early once
     ``return_after`` slots have stopped (so the host can refill them) or none is live.
+
+    ``top_logprobs`` (static) > 0 also records the most likely tokens of every step
+    (`sampling.top_logprobs`); 0 compiles the program without them.
     """
     model, head = _merge(graphdef, weights), weights.head
     use_pairs = pairs if attention_impl == "xla" else None
@@ -287,13 +295,16 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
     zeros = jnp.zeros((num_slots, num_steps))
     init = (jnp.int32(0), kv, slots, zeros.astype(jnp.int32), zeros, zeros,
             jnp.zeros((num_slots,), jnp.int32), jnp.zeros((num_slots,), bool), jnp.int32(0))
+    if top_logprobs:
+        tops = jnp.zeros((num_slots, num_steps, top_logprobs))
+        init += (tops, tops.astype(jnp.int32))
 
     def cond(carry):
-        step, _, st, _, _, _, _, _, ended = carry
+        step, _, st, _, _, _, _, _, ended = carry[:9]
         return (step < num_steps) & jnp.any(st.live) & (ended < return_after)
 
     def body(carry):
-        step, kv, st, toks, lps, vals, count, stopped, ended = carry
+        step, kv, st, toks, lps, vals, count, stopped, ended = carry[:9]
         hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
                                    st.live[:, None], kv, block_tables,
                                    decode_impl=attention_impl, pairs=use_pairs,
@@ -316,11 +327,18 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
         done = hit_stop | (live & (budget <= 0))
         st = st._replace(last_token=jnp.where(live, tok, st.last_token),
                          length=st.length + live, budget=budget, live=live & ~done)
-        return (step + 1, kv, st, toks, lps, vals, count + live, stopped | hit_stop,
-                ended + jnp.sum(done))
+        out = (step + 1, kv, st, toks, lps, vals, count + live, stopped | hit_stop,
+               ended + jnp.sum(done))
+        if top_logprobs:
+            top_lps, top_ids = carry[9:]
+            step_lps, step_ids = top_k_logprobs(logits, top_logprobs)
+            out += (top_lps.at[:, step].set(jnp.where(live[:, None], step_lps, 0.0)),
+                    top_ids.at[:, step].set(jnp.where(live[:, None], step_ids, 0)))
+        return out
 
-    step, kv, slots, toks, lps, vals, count, stopped, _ = jax.lax.while_loop(cond, body, init)
-    return DecodeOut(toks, lps, vals, count, stopped, step, slots, kv)
+    carry = jax.lax.while_loop(cond, body, init)
+    step, kv, slots, toks, lps, vals, count, stopped, _ = carry[:9]
+    return DecodeOut(toks, lps, vals, count, stopped, step, slots, kv, *carry[9:])
 
 
 def _copy_pages(kv: PagedKV, src, dst) -> PagedKV:
@@ -331,5 +349,6 @@ def _copy_pages(kv: PagedKV, src, dst) -> PagedKV:
 
 prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnums=(2,))
 decode_jit = jax.jit(_decode, static_argnums=(0,), donate_argnums=(2, 3),
-                     static_argnames=("num_steps", "top_k", "use_filter", "attention_impl"))
+                     static_argnames=("num_steps", "top_k", "use_filter", "attention_impl",
+                                      "top_logprobs"))
 copy_pages_jit = jax.jit(_copy_pages, donate_argnums=(0,))

@@ -17,7 +17,7 @@ from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
-from agentic_jax.rollout.engine.types import EngineConfig, SamplingParams
+from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS, EngineConfig, SamplingParams
 from agentic_jax.utils.memory import release_host_memory
 
 # The smallest decode batch: fewer rows save little and would add compilations.
@@ -170,15 +170,18 @@ class ModelRunner:
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
         temperature, top_p, use_filter = _row_sampling(running, n, sampling)
+        wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
         out = pm.decode_jit(
             self.graphdef, self._weights, self.kv, slots, tables, self._pairs(running, n),
             temperature, top_p, jnp.int32(return_after), allowed,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
-            use_filter=use_filter, attention_impl=self.decode_impl)
+            use_filter=use_filter, attention_impl=self.decode_impl,
+            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0)
         self.kv = out.kv
-        toks, lps, vals, count, stopped, steps = jax.device_get(
-            (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps))
-        return DecodeResult(toks, lps, vals, count, stopped, int(steps), n)
+        toks, lps, vals, count, stopped, steps, top_lps, top_ids = jax.device_get(
+            (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps,
+             out.top_logprobs, out.top_ids))
+        return DecodeResult(toks, lps, vals, count, stopped, int(steps), n, top_lps, top_ids)
 
     def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is

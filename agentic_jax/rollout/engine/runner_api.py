@@ -27,7 +27,9 @@ class DecodeResult(NamedTuple):
     tokens: int32 [rows, steps]; logprobs, values: float32 [rows, steps] — row i's first
     count[i] entries are real. count: int32 [rows]. stopped: bool [rows], the row stopped on a
     stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
-    padded to the batch size).
+    padded to the batch size). top_logprobs float32 / top_ids int32 [rows, steps, K]: when a
+    running request asks for top_logprobs, the K (>= what any asks) most likely tokens at each
+    step, most likely first; else None.
     """
 
     tokens: np.ndarray
@@ -37,6 +39,8 @@ class DecodeResult(NamedTuple):
     stopped: np.ndarray
     steps: int
     rows: int
+    top_logprobs: np.ndarray | None = None
+    top_ids: np.ndarray | None = None
 
 
 class Runner(Protocol):

@@ -15,7 +15,7 @@ from typing import Hashable, Sequence
 
 from agentic_jax.rollout.engine.page_manager import PageManager, choose_victim, prefill_chunks
 from agentic_jax.rollout.engine.pages import PagePool
-from agentic_jax.rollout.engine.runner_api import Runner
+from agentic_jax.rollout.engine.runner_api import DecodeResult, Runner
 from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
 from agentic_jax.rollout.engine.types import EngineConfig, EngineStats, Event, Request
 from agentic_jax.rollout.engine.types import SamplingParams
@@ -50,9 +50,10 @@ class Scheduler:
         key_data = self.runner.key_data(request.key)
         self._stop_width = max(self._stop_width,
                                len(request.stop_tokens) + len(request.pause_tokens))
+        tops = (request.sampling or self.cfg.sampling).top_logprobs
         seq = Seq(request=request, tokens=prompt, budget=request.max_new_tokens,
                   prefix=self.pages.share_prefix(prompt), turn_start=len(prompt),
-                  key_data=key_data)
+                  key_data=key_data, top_logprobs=[] if tops else None)
         self.seqs[request.request_id] = seq
         self.waiting.append(seq)
 
@@ -274,13 +275,24 @@ class Scheduler:
             finished = (bool(out.stopped[i]) and k > 0
                         and int(out.tokens[i, k - 1]) in seq.request.stop_tokens)
             reason = seq.take(out.tokens[i, :k], out.logprobs[i, :k], out.values[i, :k],
-                              finished, self.version)
+                              finished, self.version, self._tops(out, i, k, seq))
             if reason == "pause":
                 self._pause(seq)
             elif reason is not None:
                 self._finish(seq, reason)
         self.stats.decode_s += time.perf_counter() - t0
         return True
+
+    def _tops(self, out: DecodeResult, row: int, count: int, seq: Seq
+              ) -> list[list[tuple[int, float]]] | None:
+        """Row ``row``'s first ``count`` steps' most likely (token id, log-prob) pairs, as many
+        as ``seq``'s request asks for (None when it asks for none)."""
+        if seq.top_logprobs is None:
+            return None
+        k = (seq.request.sampling or self.cfg.sampling).top_logprobs
+        ids = out.top_ids[row, :count, :k].tolist()
+        lps = out.top_logprobs[row, :count, :k].tolist()
+        return [list(zip(step_ids, step_lps)) for step_ids, step_lps in zip(ids, lps)]
 
     # ------------------------------------------------------------------ leaving a slot
 

@@ -46,6 +46,8 @@ class Seq:
     turn_start: index in ``tokens`` where the current turn's model tokens begin.
     logprobs / values / versions: per model token of the current turn, its log-prob, the value
       before it and the policy version (`Engine.update_params`) that sampled it.
+    top_logprobs: per model token of the current turn, the most likely (token id, log-prob)
+      pairs at its position; None when the request asks for none.
     order: admission stamp; the newest sequence is preempted first.
     matcher: the turn's token constraint state while it samples under a mask (else None).
     cache_epoch: the `PrefixCache` epoch in which all its K/V so far was written by prefill
@@ -66,6 +68,7 @@ class Seq:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     values: list[float] = dataclasses.field(default_factory=list)
     versions: list[int] = dataclasses.field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] | None = None
     matcher: Any = None
     cache_epoch: int = -1
 
@@ -84,14 +87,18 @@ class Seq:
         return self.tokens[self.turn_start:]
 
     def take(self, toks: Sequence[int], lps: Sequence[float], vals: Sequence[float],
-             stopped: bool, version: int) -> str | None:
-        """Records a round trip's model tokens (``stopped``: the last is a stop token);
-        returns why the sequence leaves its slot: "pause" (its pause hook cut the turn there),
-        "stop" or "length"; or None, it decodes on."""
+             stopped: bool, version: int,
+             tops: Sequence[list[tuple[int, float]]] | None = None) -> str | None:
+        """Records a round trip's model tokens (``stopped``: the last is a stop token; ``tops``:
+        their most likely alternatives, when the request asks for them); returns why the
+        sequence leaves its slot: "pause" (its pause hook cut the turn there), "stop" or
+        "length"; or None, it decodes on."""
         self.tokens.extend(int(t) for t in toks)
         self.logprobs.extend(float(x) for x in lps)
         self.values.extend(float(x) for x in vals)
         self.versions.extend([version] * len(toks))
+        if self.top_logprobs is not None:
+            self.top_logprobs.extend(tops)
         self.length += len(toks)
         self.budget -= len(toks)
         if self.request.constraint is not None and self.constrain(toks):
@@ -111,6 +118,8 @@ class Seq:
         if drop == 0:
             return
         del self.tokens[-drop:], self.logprobs[-drop:], self.values[-drop:], self.versions[-drop:]
+        if self.top_logprobs is not None:
+            del self.top_logprobs[-drop:]
         self.budget += drop
         self.length = min(self.length, len(self.tokens) - 1)
 
@@ -137,9 +146,12 @@ class Seq:
         self.budget -= len(kept)
         self.turn_start = len(self.tokens)
         self.logprobs, self.values, self.versions, self.matcher = [], [], [], None
+        if self.top_logprobs is not None:
+            self.top_logprobs = []
 
     def event(self, kind: str, reason: str) -> Event:
         """The `Event` of the turn that ends now."""
         return Event(self.request.request_id, kind, reason, self.turn,
                      np.asarray(self.logprobs, np.float32), np.asarray(self.values, np.float32),
-                     np.asarray(self.versions, np.int32))
+                     np.asarray(self.versions, np.int32),
+                     None if self.top_logprobs is None else list(self.top_logprobs))

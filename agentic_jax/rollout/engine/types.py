@@ -16,15 +16,27 @@ if TYPE_CHECKING:
 PauseHook = Callable[[Sequence[int]], "int | None"]
 
 
+# The most alternatives a request may ask to see per sampled token (OpenAI's bound). The engine
+# computes this many for every row when any row asks: one more compiled decode program, not one
+# per width.
+MAX_TOP_LOGPROBS = 20
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """How tokens are drawn: temperature (0: greedy), nucleus top-p, top-k (0: all tokens)."""
+    """How tokens are drawn: temperature (0: greedy), nucleus top-p, top-k (0: all tokens);
+    and top_logprobs, how many of the most likely tokens to report (with their log-probs under
+    the untempered policy) at each sampled position (0: none; they change no token)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    top_logprobs: int = 0
 
     def __post_init__(self):
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got "
+                             f"{self.top_logprobs}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -163,6 +175,8 @@ class Event(NamedTuple):
     logprobs: float32 [n], log-probs of those tokens under the untempered policy.
     values: float32 [n], the value head at the position before each token (0 without a head).
     versions: int32 [n], the policy version (`Engine.update_params`) that sampled each token.
+    top_logprobs: when the request's sampling asks for top_logprobs = k, per token the k most
+      likely (token id, log-prob) pairs at its position, most likely first; else None.
     """
 
     request_id: Hashable
@@ -172,6 +186,7 @@ class Event(NamedTuple):
     logprobs: np.ndarray
     values: np.ndarray
     versions: np.ndarray | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 @dataclasses.dataclass
