@@ -215,13 +215,24 @@ def load_benchmark(path: str, *, name: str | None = None, split: str | None = No
     return problems
 
 
+def shipped_benchmarks() -> dict[str, str]:
+    """The benchmarks the package holds, by the name a spec may give alone: GSM8K's test set."""
+    from agentic_jax.data.gsm8k import split_path
+
+    return {"gsm8k": str(split_path("test"))}
+
+
 def parse_benchmark_specs(spec: str) -> dict[str, str]:
-    """ "math500=PATH,aime24=PATH" -> {"math500": PATH, "aime24": PATH}; ValueError otherwise."""
+    """ "math500=PATH,aime24=PATH" -> {"math500": PATH, "aime24": PATH}; a name alone is one of
+    `shipped_benchmarks` ("gsm8k"); ValueError otherwise."""
     specs: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         bench, sep, path = item.partition("=")
+        if not sep and bench in shipped_benchmarks():
+            bench, sep, path = bench, "=", shipped_benchmarks()[bench]
         if not sep or not bench.strip() or not path.strip():
-            raise UserError(f"--benchmarks: expected name=PATH, got {item!r}")
+            raise UserError(f"--benchmarks: expected name=PATH or one of "
+                            f"{sorted(shipped_benchmarks())}, got {item!r}")
         if bench.strip() in specs:
             raise UserError(f"--benchmarks: {bench.strip()!r} given twice")
         specs[bench.strip()] = path.strip()

@@ -7,7 +7,8 @@
                                     split into "train" / "test" like the curriculum; a
                                     DatasetDict directory gives its "train" split
     jsonl:PATH                      one JSON object per line: question, answer, optional tests
-    gsm8k                           tfds GSM8K; the answer after "####", commas removed
+    gsm8k[:DIR]                     GSM8K's official train / test splits: the package's copy
+                                    (`agentic_jax.data.gsm8k`), or DIR/train.jsonl, DIR/test.jsonl
     math_dataset/<module>           tfds DeepMind mathematics, e.g. math_dataset/algebra__linear_1d
 
 Dataset rows become `Problem`s with stage "external". A malformed row is skipped, counted in
@@ -35,11 +36,9 @@ from agentic_jax.errors import UserError
 from agentic_jax.utils.files import loads_bounded
 
 _TFDS_BUILDER_MODULES = (
-    "tensorflow_datasets.text.gsm8k",
     "tensorflow_datasets.datasets.math_dataset.math_dataset_dataset_builder",
 )
 _BYTES_REPR = re.compile(r"""b(['"])(.*)\1""", re.DOTALL)
-_GSM8K_CALC = re.compile(r"<<[^>]*>>")
 _REASONS_KEPT = 20
 
 
@@ -130,13 +129,6 @@ def _jsonl_rows(path: str, stats: SourceStats) -> Iterator[Problem]:
             yield _external(f"jsonl:{name}:{line_no}", "jsonl", question, answer, tests)
 
 
-def _gsm8k_problem(index: int, row: Mapping[str, Any]) -> Problem:
-    solution = _text(row.get("answer"), "answer")
-    reasoning = _GSM8K_CALC.sub("", solution.rsplit("####", 1)[0]).strip()
-    return _external(f"gsm8k:{index}", "gsm8k", _text(row.get("question"), "question"),
-                     normalise_gsm8k_answer(solution), direct=reasoning)
-
-
 def _math_dataset_problem(name: str, index: int, row: Mapping[str, Any]) -> Problem:
     return _external(f"{name}:{index}", name, _text(row.get("question"), "question"),
                      _text(row.get("answer"), "answer"))
@@ -156,11 +148,7 @@ def _tfds_rows(spec: str, split: str, data_dir: str | None, stats: SourceStats
                         ) from err
     for index in range(len(rows)):
         try:
-            row = rows[index]
-            if spec == "gsm8k":
-                yield _gsm8k_problem(index, row)
-            else:
-                yield _math_dataset_problem(spec, index, row)
+            yield _math_dataset_problem(spec, index, rows[index])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
             stats.skip(f"{spec}[{split}][{index}]", str(err))
 
@@ -195,9 +183,10 @@ def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction
     """Loads the problems a `data.source` spec names (see the module docstring).
 
     Args:
-      spec: "curriculum", "file:PATH", "jsonl:PATH", "gsm8k" or "math_dataset/<module>".
-      split: "train"/"test" for the curriculum and file: sources, the tfds split name for tfds
-        sources; a jsonl file is its own split.
+      spec: "curriculum", "file:PATH", "jsonl:PATH", "gsm8k[:DIR]" or
+        "math_dataset/<module>".
+      split: "train"/"test" for the curriculum, file: and gsm8k sources (GSM8K's own
+        splits), the tfds split name for tfds sources; a jsonl file is its own split.
       seed, test_fraction: curriculum generation and the train/test split of the curriculum
         and of file: sources.
       data_dir: tfds data directory (prepared offline).
@@ -218,11 +207,16 @@ def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction
         rows = _jsonl_rows(path, stats)
     elif spec.startswith("file:"):
         rows = _file(spec[len("file:"):], split, seed, test_fraction, levels, stats)
-    elif spec == "gsm8k" or spec.startswith("math_dataset/"):
+    elif spec == "gsm8k" or spec.startswith("gsm8k:"):
+        # gsm8k reads rows with this module's helpers, so it is imported here, not above.
+        from agentic_jax.data.gsm8k import load_gsm8k
+
+        rows = load_gsm8k(split, path=spec[len("gsm8k:"):] or None, stats=stats)
+    elif spec.startswith("math_dataset/"):
         rows = _tfds_rows(spec, split, data_dir, stats)
     else:
         raise UserError(f"data.source={spec!r}: expected 'curriculum', 'file:PATH', "
-                        "'jsonl:PATH', 'gsm8k' or 'math_dataset/<module>'")
+                        "'jsonl:PATH', 'gsm8k[:DIR]' or 'math_dataset/<module>'")
     problems = []
     for problem in rows:
         if limit is not None and len(problems) >= limit:

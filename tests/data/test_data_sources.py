@@ -1,4 +1,4 @@
-"""Problem sources: curriculum, jsonl with malformed rows, tfds gsm8k / math_dataset (mocked)."""
+"""Problem sources: curriculum, jsonl with malformed rows, tfds math_dataset (mocked)."""
 
 from __future__ import annotations
 
@@ -73,32 +73,6 @@ def _fake_split(rows):
     def as_data_source(self, split, **kwargs):
         return rows[split]
     return as_data_source
-
-
-def test_gsm8k_through_tfds_mock_data():
-    rows = {"test": [
-        {"question": "Tom has 3 boxes of 400 pens. How many pens?",
-         "answer": "3 * 400 = <<3*400=1200>>1200 pens.\n#### 1,200", "annotation": "",
-         "short_answer": ""},
-        {"question": b"A bytes question?", "answer": b"It is 5.\n#### $5", "annotation": "",
-         "short_answer": ""},
-        {"question": "Broken row", "answer": "no marker", "annotation": "", "short_answer": ""},
-    ]}
-    stats = SourceStats()
-    with tfds.testing.mock_data(as_data_source_fn=_fake_split(rows)):
-        problems = load_source("gsm8k", split="test", stats=stats)
-    assert [(p.question, p.answer) for p in problems] == [
-        ("Tom has 3 boxes of 400 pens. How many pens?", "1200"), ("A bytes question?", "5")]
-    assert problems[0].direct_solution == "3 * 400 = 1200 pens."
-    assert problems[0].kind == "gsm8k" and "sympy.Rational('1200')" in problems[0].tests
-    assert (stats.loaded, stats.skipped) == (2, 1)
-
-
-def test_gsm8k_random_mock_rows_never_crash():
-    stats = SourceStats()
-    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
-        problems = load_source("gsm8k", split="train", stats=stats)
-    assert problems == [] and stats.skipped == 6  # random text has no "####" answer
 
 
 def test_math_dataset_answers_are_normalised():
