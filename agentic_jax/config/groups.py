@@ -332,7 +332,8 @@ class EnvironmentConfig:
 class WarmStartConfig:
     """``warmstart.*``: supervised steps on reference solutions before RL. ``shipped``: load the
     packaged result of this exact recipe where there is one (`training.warmstart.find_shipped`)
-    instead of training it again."""
+    instead of training it again. ``disjoint``: the warm start's problems (``steps`` x
+    ``batch_size`` of the training set, seeded) are set aside, and RL draws from the rest."""
 
     enabled: bool
     steps: int
@@ -340,6 +341,7 @@ class WarmStartConfig:
     lr: float
     tool_fraction: float
     shipped: bool = False
+    disjoint: bool = False
 
     def __post_init__(self):
         if self.enabled:
@@ -347,6 +349,7 @@ class WarmStartConfig:
             check(self.lr > 0, "lr", "a positive number", self.lr)
         check(0.0 <= self.tool_fraction <= 1.0, "tool_fraction", "a value in [0, 1]",
               self.tool_fraction)
+        check(isinstance(self.disjoint, bool), "disjoint", "True or False", self.disjoint)
 
 
 @dataclasses.dataclass(frozen=True)

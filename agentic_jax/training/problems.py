@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,9 +25,13 @@ class Problems:
     test: list[Problem]
     stages: list[str]  # every stage name the run can see, sorted (the same on every host)
     benchmarks: dict[str, list[Problem]]  # eval.benchmarks by name
+    # warmstart.disjoint: the warm start's own problems, none of them in ``train`` (empty: the
+    # warm start draws from ``train``).
+    warmstart: list[Problem] = dataclasses.field(default_factory=list)
 
     def every(self) -> list[Problem]:
-        return self.train + self.test + [x for rows in self.benchmarks.values() for x in rows]
+        return (self.train + self.warmstart + self.test
+                + [x for rows in self.benchmarks.values() for x in rows])
 
 
 def load_problems(cfg: RunConfig, benchmarks: bool = True) -> Problems:
@@ -46,6 +51,14 @@ def load_problems(cfg: RunConfig, benchmarks: bool = True) -> Problems:
             return load_source(d.source, split=split, seed=cfg.seed,
                                test_fraction=d.test_fraction, levels=d.levels or None)
         train, test = load("train"), load("test")
+    warmstart: list[Problem] = []
+    if cfg.warmstart.enabled and cfg.warmstart.disjoint:
+        train, warmstart = set_aside(train, cfg.warmstart.steps * cfg.warmstart.batch_size,
+                                     cfg.seed)
+        # Neither set shares a problem with the other, nor a 13-gram with the held-out split.
+        logger.info("warm start: %d problems set aside, RL draws from the other %d; %s",
+                    len(warmstart), len(train),
+                    contamination_report(warmstart + train, {"held-out": test}).summary())
     benchmarks = benchmark_problems(cfg) if benchmarks else {}
     if benchmarks:
         # The overlap is logged either way; with data.decontaminate it is also dropped.
@@ -58,7 +71,22 @@ def load_problems(cfg: RunConfig, benchmarks: bool = True) -> Problems:
         raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
                           f"data.stages={d.stages}")
     test = held_out(test, d.eval_size) if test else train[:d.eval_size]
-    return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks)
+    return Problems(train, test, sorted({p.stage for p in train + test}), benchmarks, warmstart)
+
+
+def set_aside(train: list[Problem], count: int, seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(the rest, ``count`` problems drawn from ``train`` with ``seed``), each in ``train``'s
+    order. Problems with reference code are drawn first, so that tool-using examples can be
+    made of them; at least one problem is always left to the rest."""
+    if len(train) < 2:
+        raise ConfigError(f"warmstart.disjoint: {len(train)} training problem(s) cannot be "
+                          "split between the warm start and RL")
+    order = list(range(len(train)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: not train[i].solution_code)  # stable: the shuffle within each
+    chosen = set(order[:min(count, len(train) - 1)])
+    return ([p for i, p in enumerate(train) if i not in chosen],
+            [p for i, p in enumerate(train) if i in chosen])
 
 
 def benchmark_problems(cfg: RunConfig) -> dict[str, list[Problem]]:

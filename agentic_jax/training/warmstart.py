@@ -93,11 +93,15 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
             stored["warmstart/trained_s"] = stored.pop("warmstart/time_s", float("nan"))
             return WarmStartResult(params, {**stored, "warmstart/shipped": 1.0,
                                             "warmstart/time_s": time.perf_counter() - began})
+    counts: dict[str, int] = {}
     examples = build_examples(
         _problems(run), make_prompt=policy.make_prompt, tokenizer=policy.tokenizer,
         run_code=lambda codes: run_everywhere(policy.sandbox, codes),
         tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed,
-        layout=example_format(run))
+        layout=example_format(run), stats=counts)
+    logger.info("warm start: %d examples; of %d chosen to use the tool, %d programs ran and %d "
+                "printed the reference answer", counts["examples"], counts["tool_chosen"],
+                counts["tool_ran"], counts["tool_kept"])
     optimizer = make_optimizer(lr=w.lr, warmup_steps=max(1, w.steps // 10),
                                total_steps=w.steps, max_grad_norm=t.max_grad_norm)
     shardings = train_shardings(params, optimizer, policy.mesh, policy.state_shardings,
@@ -131,6 +135,8 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
                                     "warmstart/first_loss": first_loss,
                                     "warmstart/examples": float(len(examples)),
                                     "warmstart/tool_fraction": tool_share,
+                                    "warmstart/programs_ran": float(counts["tool_ran"]),
+                                    "warmstart/programs_kept": float(counts["tool_kept"]),
                                     "warmstart/time_s": time.perf_counter() - began})
 
 
@@ -151,8 +157,10 @@ def example_format(run: Any) -> ExampleFormat:
 
 
 def _problems(run: Any) -> list[Any]:
-    """The training problems a warm start draws its examples from (seeded by the run)."""
-    cfg, train = run.cfg, run.policy.problems.train
+    """The training problems a warm start draws its examples from (seeded by the run): its own
+    set aside (``warmstart.disjoint``), else the run's training set."""
+    cfg, problems = run.cfg, run.policy.problems
+    train = problems.warmstart or problems.train
     batch_size = round_up(cfg.warmstart.batch_size, run.row_multiple)
     return random.Random(cfg.seed).sample(train, min(len(train), cfg.warmstart.steps * batch_size))
 

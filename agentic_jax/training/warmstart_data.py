@@ -87,26 +87,42 @@ def build_example(problem: Any, prompt_tokens: list[int], tokenizer: Any, *,
     return WarmStartExample(tokens, mask, tool_output is not None)
 
 
+def prints_answer(problem: Any, stdout: str) -> bool:
+    """Whether a reference program's last printed line grades equal to the problem's answer."""
+    from agentic_jax.reward.grader import grade_answer
+
+    lines = [line for line in stdout.strip().splitlines() if line.strip()]
+    return bool(lines) and grade_answer(lines[-1].strip(), str(problem.answer))
+
+
 def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list[int]],
                    tokenizer: Any, run_code: Callable[[list[str]], list[str | None]],
                    tool_fraction: float, max_length: int, seed: int,
-                   layout: ExampleFormat = ExampleFormat()) -> list[WarmStartExample]:
+                   layout: ExampleFormat = ExampleFormat(),
+                   check: Callable[[Any, str], bool] = prints_answer,
+                   stats: dict[str, int] | None = None) -> list[WarmStartExample]:
     """Examples for ``problems``; a seeded ``tool_fraction`` of them use the tool.
 
     ``run_code`` runs reference solutions and returns each one's stdout, or None where it
-    failed; such a problem falls back to its direct solution.
+    failed. A tool-using example is kept only where its program ran and ``check(problem,
+    stdout)`` holds (by default: it printed the answer); otherwise, and for a problem without
+    reference code, the problem falls back to its direct solution. ``stats``, when given, gets
+    the counts ``tool_chosen`` / ``tool_ran`` / ``tool_kept`` / ``examples``.
     """
     if not 0.0 <= tool_fraction <= 1.0:
         raise ValueError(f"warmstart.tool_fraction: expected a value in [0, 1], got "
                          f"{tool_fraction}")
     rng = random.Random(seed)
     use_tool = [rng.random() < tool_fraction for _ in problems]
-    tool_idx = [i for i, u in enumerate(use_tool) if u]
+    tool_idx = [i for i, u in enumerate(use_tool) if u and problems[i].solution_code]
     results = run_code([problems[i].solution_code for i in tool_idx]) if tool_idx else []
     outputs: dict[int, str] = {}
+    ran = 0
     for i, stdout in zip(tool_idx, results):
         if stdout is not None and stdout.strip():
-            outputs[i] = stdout
+            ran += 1
+            if check(problems[i], stdout):
+                outputs[i] = stdout
     examples = []
     for i, problem in enumerate(problems):
         ex = build_example(problem, make_prompt(problem), tokenizer,
@@ -115,6 +131,9 @@ def build_examples(problems: Sequence[Any], *, make_prompt: Callable[[Any], list
             examples.append(ex)
     if not examples:
         raise UserError(f"warm start: no example fits training.max_length={max_length}")
+    if stats is not None:
+        stats.update(tool_chosen=sum(use_tool), tool_ran=ran, tool_kept=len(outputs),
+                     examples=len(examples))
     return examples
 
 

@@ -44,3 +44,50 @@ def test_eval_limit_keeps_the_first_problems_of_each_benchmark(tmp_path):
     assert [p.answer for p in problems] == ["1", "2"]
     config.eval.limit = 0
     assert len(load_problems(read_config(config)).benchmarks["gsm8k"]) == 5
+
+
+def _gsm8k_dir(tmp_path, n_train: int, n_test: int):
+    import json
+
+    def row(i):
+        return json.dumps({"question": f"Ann has {i} apples and buys {i + 3} more. How many "
+                                       f"apples does Ann have in case {i}?",
+                           "answer": f"{i}+{i + 3} = <<{i}+{i + 3}={2 * i + 3}>>{2 * i + 3}\n"
+                                     f"#### {2 * i + 3}"}) + "\n"
+    (tmp_path / "train.jsonl").write_text("".join(row(i) for i in range(n_train)))
+    (tmp_path / "test.jsonl").write_text("".join(row(1000 + i) for i in range(n_test)))
+    return tmp_path
+
+
+def test_the_gsm8k_recipe_sets_its_warm_start_apart_from_rl_and_the_test_set(tmp_path, caplog):
+    import logging
+
+    from agentic_jax.config import read_config
+    from agentic_jax.training.problems import load_problems
+    from configs import math_ppo
+
+    config = math_ppo.get_config("smollm2-135m-gsm8k")
+    assert (config.data.source, config.data.eval_size) == ("gsm8k", 1319)
+    assert config.warmstart.disjoint and config.warmstart.tool_fraction == 1.0
+    config.data.source = f"gsm8k:{_gsm8k_dir(tmp_path, 30, 12)}"
+    config.warmstart.steps, config.warmstart.batch_size = 2, 4
+    with caplog.at_level(logging.INFO):
+        problems = load_problems(read_config(config))
+    assert len(problems.warmstart) == 8 and len(problems.train) == 22
+    assert not {p.id for p in problems.warmstart} & {p.id for p in problems.train}
+    assert len(problems.test) == 12  # the whole test split: eval_size 1319 >= 12
+    assert all(p.solution_code for p in problems.warmstart)
+    # The 13-gram check of both sets against the held-out split is logged (and finds nothing:
+    # every fixture question shares a template, but the numbers differ in every 13-gram).
+    line = next(r.getMessage() for r in caplog.records if "set aside" in r.getMessage())
+    assert "8 problems set aside, RL draws from the other 22" in line
+    assert "0 of 30 training problems overlap" in line
+    # Seeded: the same seed sets the same problems aside, another seed others.
+    again = load_problems(read_config(config))
+    assert [p.id for p in again.warmstart] == [p.id for p in problems.warmstart]
+    config.seed = 1
+    assert [p.id for p in load_problems(read_config(config)).warmstart] != [
+        p.id for p in problems.warmstart]
+    # Without disjoint the warm start draws from the training set, as every other recipe does.
+    config.warmstart.disjoint = False
+    assert load_problems(read_config(config)).warmstart == []

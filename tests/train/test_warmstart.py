@@ -110,19 +110,22 @@ def test_a_chat_example_cuts_a_long_output_as_the_rollout_does(tokenizer):
 
 def test_tool_fraction_and_failed_code_fall_back_to_direct(tokenizer):
     problems = [_problem(10 + i, 20 + i) for i in range(200)]
-    # The reference code "fails" for every third problem asked: those become direct examples.
+    printed = {p.solution_code: p.answer + "\n" for p in problems}
+    # The reference code "fails" for every third problem asked and prints a wrong answer for
+    # every third of the rest: both become direct examples.
     calls = []
 
     def run_code(codes):
         calls.extend(codes)
-        return [None if i % 3 == 0 else "x" for i, _ in enumerate(codes)]
+        return [None if i % 3 == 0 else "-1\n" if i % 3 == 1 else printed[c]
+                for i, c in enumerate(codes)]
 
     examples = build_examples(problems, make_prompt=lambda p: _prompt(tokenizer, p),
                               tokenizer=tokenizer, run_code=run_code, tool_fraction=0.3,
                               max_length=400, seed=0)
     share = sum(e.uses_tool for e in examples) / len(examples)
-    assert len(examples) == 200 and 0.1 < share < 0.3
-    assert share == pytest.approx(len(calls) * 2 / 3 / 200, abs=0.01)
+    assert len(examples) == 200 and 0.05 < share < 0.15
+    assert share == pytest.approx(len(calls) / 3 / 200, abs=0.01)
     with pytest.raises(ValueError, match="tool_fraction"):
         build_examples(problems, make_prompt=lambda p: [], tokenizer=tokenizer,
                        run_code=run_code, tool_fraction=1.5, max_length=400, seed=0)
