@@ -390,6 +390,7 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     the other training problems, evaluated greedy on all 1,319 test problems."""
     _smollm2_tools(c)
     c.data.source = "gsm8k"
+    c.data.stages = ("external",)  # a dataset's problems
     c.data.eval_size = 1319  # GSM8K's whole test split, before and after RL
     c.warmstart.disjoint = True  # RL never sees a warm-start problem
     c.warmstart.steps = 100

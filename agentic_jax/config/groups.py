@@ -237,6 +237,9 @@ class DataConfig:
             check(set(self.kinds) <= set(known), "kinds",
                   f"kinds of data.stages={self.stages} (empty: all of them), from {known}",
                   self.kinds)
+        else:  # a dataset's problems are all of the stage "external"
+            check("external" in self.stages, "stages",
+                  f"('external',) for data.source={self.source!r}", self.stages)
         check(self.template in TEMPLATES, "template", f"one of {TEMPLATES}", self.template)
         check(0 < self.test_fraction < 1, "test_fraction", "a value in (0, 1)",
               self.test_fraction)

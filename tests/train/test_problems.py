@@ -91,3 +91,15 @@ def test_the_gsm8k_recipe_sets_its_warm_start_apart_from_rl_and_the_test_set(tmp
     # Without disjoint the warm start draws from the training set, as every other recipe does.
     config.warmstart.disjoint = False
     assert load_problems(read_config(config)).warmstart == []
+
+
+def test_a_dataset_source_without_the_external_stage_is_one_clear_error():
+    import pytest
+
+    from agentic_jax.config import ConfigError, read_config
+    from configs import math_ppo
+
+    config = math_ppo.get_config("smoke")
+    config.data.source = "gsm8k"
+    with pytest.raises(ConfigError, match=r"data.stages: expected \('external',\)"):
+        read_config(config)
