@@ -23,7 +23,9 @@ import logging
 import os
 import re
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -123,6 +125,7 @@ class Checkpointer:
         """The one-line error of a failed save; its partial directory is removed first (it
         holds disk space, and orbax would trip over it at the next save)."""
         self._failed, self._in_flight = True, None
+        _mute_failed_save_leftovers()
         if jax.process_index() == 0:
             for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
                 shutil.rmtree(partial, ignore_errors=True)
@@ -241,6 +244,40 @@ def _quiet_orbax_tracebacks() -> None:
     absl_logger = logging.getLogger("absl")
     if not any(isinstance(f, _DropOrbaxTracebacks) for f in absl_logger.filters):
         absl_logger.addFilter(_DropOrbaxTracebacks())
+
+
+class _FailedSaveLeftovers:
+    """An ``unraisablehook`` for after a failed save: orbax's other writes of it finish in
+    tensorstore's threads into an event loop already closed, and its unfinished coroutines are
+    collected at exit; each would print a traceback ("Event loop is closed", dozens of them)
+    after the one line that names the failure. Everything else goes to the previous hook."""
+
+    def __init__(self, previous: Callable[[Any], None]):
+        self.previous = previous
+        self.marker = f"{os.sep}orbax{os.sep}"  # held here: module globals are gone at exit
+
+    def __call__(self, unraisable: Any) -> None:
+        if not self.from_orbax(unraisable):
+            self.previous(unraisable)
+
+    def from_orbax(self, unraisable: Any) -> bool:
+        err = unraisable.exc_value
+        if isinstance(err, RuntimeError) and str(err) == "Event loop is closed":
+            return True
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and self.marker in code.co_filename:
+            return True
+        tb = unraisable.exc_traceback
+        while tb is not None:
+            if self.marker in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        return False
+
+
+def _mute_failed_save_leftovers() -> None:
+    if not isinstance(sys.unraisablehook, _FailedSaveLeftovers):
+        sys.unraisablehook = _FailedSaveLeftovers(sys.unraisablehook)
 
 
 def _as_abstract(x: Any) -> Any:

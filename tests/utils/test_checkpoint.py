@@ -177,3 +177,19 @@ def test_bad_options(tmp_path):
         Checkpointer(str(tmp_path), every_steps=0)
     with pytest.raises(ValueError, match="checkpoint.keep"):
         Checkpointer(str(tmp_path), keep=0)
+
+
+def test_cause_names_the_reason_in_one_line():
+    from agentic_jax.utils.checkpoint import cause
+
+    # tensorstore's error of a save to a full disk (tmpfs), as orbax raises it.
+    full = ValueError(
+        'RESOURCE_EXHAUSTED: Error writing "w/0.0" in OCDBT database at local file "/r/c/1.orbax'
+        '-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/": Failed writing: "/r/c/1.'
+        'orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/d/04e97ae5": Failed to '
+        "write 727670 bytes to file 7: No space left on device [os_error_code='28']")
+    assert cause(full) == "RESOURCE_EXHAUSTED: No space left on device (errno 28)"
+    assert cause(OSError(122, "Disk quota exceeded")) == "Disk quota exceeded (errno 122)"
+    assert cause(RuntimeError("first\nsecond")) == "first"
+    assert cause(KeyError()) == "KeyError"
+    assert len(cause(ValueError("x" * 1000))) == 300
