@@ -392,6 +392,7 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.data.source = "gsm8k"
     c.data.stages = ("external",)  # a dataset's problems
     c.data.eval_size = 1319  # GSM8K's whole test split, before and after RL
+    c.data.decontaminate = True  # training problems sharing a 13-gram with a test one go
     c.warmstart.disjoint = True  # RL never sees a warm-start problem
     c.warmstart.steps = 100
     c.warmstart.batch_size = 8

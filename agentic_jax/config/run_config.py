@@ -124,9 +124,11 @@ class RunConfig:
         if self.eval_temperature < 0:
             raise ConfigError(f"rollout.eval_temperature: expected a number >= 0, got "
                               f"{self.eval_temperature}")
-        if self.data.decontaminate and not self.eval.benchmarks:
+        if (self.data.decontaminate and not self.eval.benchmarks
+                and self.data.source == "curriculum"):
             raise ConfigError("data.decontaminate: expected eval.benchmarks to name the "
-                              "evaluation sets to decontaminate against, got True with none")
+                              "evaluation sets to decontaminate against (or a dataset "
+                              "data.source, whose held-out split is one), got True with none")
         if self.training.pack_sequences and self.loss.aggregation != "token_mean":
             raise ConfigError(f"training.pack_sequences: expected False with rl.aggregation="
                               f"{self.loss.aggregation!r} (a packed row holds several "

@@ -51,22 +51,23 @@ def load_problems(cfg: RunConfig, benchmarks: bool = True) -> Problems:
             return load_source(d.source, split=split, seed=cfg.seed,
                                test_fraction=d.test_fraction, levels=d.levels or None)
         train, test = load("train"), load("test")
+    benchmarks = benchmark_problems(cfg) if benchmarks else {}
+    # A dataset's own held-out split is checked beside the benchmarks (the curriculum's splits
+    # are disjoint by construction). The overlap is logged either way; with data.decontaminate
+    # it is also dropped.
+    evals = {**({"held-out": test} if d.source != "curriculum" and test else {}), **benchmarks}
+    if evals:
+        if d.decontaminate:
+            train, report = decontaminate(train, evals)
+        else:
+            report = contamination_report(train, evals)
+        logger.info("%s%s", report.summary(), "; dropped" if d.decontaminate else "")
     warmstart: list[Problem] = []
-    if cfg.warmstart.enabled and cfg.warmstart.disjoint:
+    if cfg.warmstart.enabled and cfg.warmstart.disjoint and train:
         train, warmstart = set_aside(train, cfg.warmstart.steps * cfg.warmstart.batch_size,
                                      cfg.seed)
-        # Neither set shares a problem with the other, nor a 13-gram with the held-out split.
-        logger.info("warm start: %d problems set aside, RL draws from the other %d; %s",
-                    len(warmstart), len(train),
-                    contamination_report(warmstart + train, {"held-out": test}).summary())
-    benchmarks = benchmark_problems(cfg) if benchmarks else {}
-    if benchmarks:
-        # The overlap is logged either way; with data.decontaminate it is also dropped.
-        if d.decontaminate:
-            train, report = decontaminate(train, benchmarks)
-        else:
-            report = contamination_report(train, benchmarks)
-        logger.info("%s%s", report.summary(), "; dropped" if d.decontaminate else "")
+        logger.info("warm start: %d problems set aside, RL draws from the other %d (no problem "
+                    "in both)", len(warmstart), len(train))
     if not train:
         raise ConfigError(f"data: no training problems for data.source={d.source!r}, "
                           f"data.stages={d.stages}")

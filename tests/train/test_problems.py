@@ -77,11 +77,22 @@ def test_the_gsm8k_recipe_sets_its_warm_start_apart_from_rl_and_the_test_set(tmp
     assert not {p.id for p in problems.warmstart} & {p.id for p in problems.train}
     assert len(problems.test) == 12  # the whole test split: eval_size 1319 >= 12
     assert all(p.solution_code for p in problems.warmstart)
-    # The 13-gram check of both sets against the held-out split is logged (and finds nothing:
-    # every fixture question shares a template, but the numbers differ in every 13-gram).
     line = next(r.getMessage() for r in caplog.records if "set aside" in r.getMessage())
     assert "8 problems set aside, RL draws from the other 22" in line
-    assert "0 of 30 training problems overlap" in line
+    # The 13-gram check against the held-out split is logged (it finds nothing here: every
+    # fixture question shares a template, but the numbers differ in every 13-gram) ...
+    line = next(r.getMessage() for r in caplog.records if "13-grams" in r.getMessage())
+    assert "0 of 30 training problems overlap an evaluation set (held-out: 0); dropped" in line
+    # ... and a training problem that copies a test question is dropped before the split.
+    test_file = tmp_path / "test.jsonl"
+    copied = test_file.read_text().splitlines()[0]
+    (tmp_path / "train.jsonl").write_text((tmp_path / "train.jsonl").read_text() + copied + "\n")
+    with caplog.at_level(logging.INFO):
+        cleaned = load_problems(read_config(config))
+    assert len(cleaned.warmstart) + len(cleaned.train) == 30
+    assert "1 of 31 training problems overlap" in caplog.records[-2].getMessage()
+    (tmp_path / "train.jsonl").write_text("\n".join(
+        (tmp_path / "train.jsonl").read_text().splitlines()[:-1]) + "\n")
     # Seeded: the same seed sets the same problems aside, another seed others.
     again = load_problems(read_config(config))
     assert [p.id for p in again.warmstart] == [p.id for p in problems.warmstart]
