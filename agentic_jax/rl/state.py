@@ -117,8 +117,9 @@ def save(checkpointer: Checkpointer, state: TrainState, host: HostState, *,
 
 def restore(checkpointer: Checkpointer, like: TrainState,
             shardings: Any) -> tuple[TrainState, HostState] | None:
-    """The newest intact checkpoint as (state, host state), or None for a fresh run."""
-    restored = checkpointer.restore_latest(to_pure(like))
+    """The newest intact checkpoint as (state, host state), or None for a fresh run; newer ones
+    that do not restore are moved aside (`Checkpointer.restore_latest`)."""
+    restored = checkpointer.restore_latest(to_pure(like), set_aside=True)
     if restored is None:
         return None
     meta = restored.meta

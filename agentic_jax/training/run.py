@@ -9,6 +9,11 @@ The `TrainState` is passed in and returned by every phase; the run directory hol
 ``config.json``, ``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``initial_eval.json``
 and, at the end, ``summary.json`` and ``curves.png``; with ``eval.every_steps`` the benchmarks'
 results go to ``eval/`` (``history.jsonl`` / ``history.png`` over the steps).
+
+Crashes lose at most the steps since the last checkpoint: one run at a time holds the directory
+(``run.lock``, `agentic_jax.utils.run_lock`); SIGTERM saves the step in flight and exits with
+143 (`agentic_jax.training.preemption`); a checkpoint that cannot be saved stops the run with
+one line naming the cause; one that does not restore is moved to ``checkpoints.corrupt/``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from agentic_jax.parallel import agree, is_main_process
 from agentic_jax.rl import state as state_lib
 from agentic_jax.rl.state import HostState, TrainState
 from agentic_jax.training import async_rollouts, rundir, transcripts
+from agentic_jax.training.preemption import StopSignal
 from agentic_jax.training.builders import Run, build_run, publish
 from agentic_jax.training.metrics import episode_summary
 from agentic_jax.training.rollouts import collect
@@ -36,6 +42,7 @@ from agentic_jax.training.update import update
 from agentic_jax.training.warmstart import warm_start
 from agentic_jax.utils import Checkpointer, MetricsWriter, read_json, read_metrics, write_json
 from agentic_jax.utils.memory import peak_rss_mb, reset_peak_rss
+from agentic_jax.utils.run_lock import WorkdirLock, describe
 from agentic_jax.utils.timing import PhaseTimer
 
 INITIAL_EVAL = "initial_eval.json"
@@ -57,6 +64,19 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     rundir.check_same_model(config, workdir)
     off_policy = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model,
                                     cfg.engine.dtype)
+    # Held before the run is built: a second run on the directory stops here, in seconds.
+    lock = WorkdirLock(workdir).acquire() if is_main_process() else None
+    if lock is not None and lock.taken_over:
+        _say(f"took over {lock.path} from a run no longer running: {describe(lock.taken_over)}")
+    try:
+        return _train(config, cfg, workdir, off_policy, began, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy: Any,
+           began: float, progress: bool) -> dict:
     run, state = build_run(cfg)
     checkpointer = None
     try:
@@ -188,7 +208,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
     before, apart = peak_rss_mb(), reset_peak_rss()
     rollouts = async_rollouts.start(run, state.step_int + 1, total, state.step_key)
     try:
-        with writer:
+        with writer, StopSignal() as stop:
             while state.step_int < total:
                 step = state.step_int + 1
                 state, metrics, skipped = rl_step(run, state, step, skipped, workdir, rollouts)
@@ -207,6 +227,11 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                     _say(_summary_line(step, metrics), bar if progress else None)
                 if step % checkpointer.every_steps == 0:  # the producer is drained then
                     state_lib.save(checkpointer, state, host_state(run))
+                checkpointer.check()  # a background save that failed stops the run here
+                if stop.requested():
+                    state_lib.save(checkpointer, state, host_state(run), force=True)
+                    checkpointer.wait()
+                    raise stop.stopped(step, checkpointer.directory)
                 if rollouts is not None:
                     rollouts.release(step)
                 bar.update(1)

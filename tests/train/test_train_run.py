@@ -1,9 +1,13 @@
 """The training run end to end on a tiny config: metrics, checkpoints, exact resume, fallback
-past a corrupted checkpoint, and divergence handling."""
+past a corrupted checkpoint, and divergence handling; and the faults a run must survive: a cut
+metrics line, a second run on the directory, SIGTERM, a save that fails."""
 
 import json
 import os
+import resource
 import shutil
+import signal
+import time
 
 import pytest
 
@@ -12,9 +16,12 @@ from agentic_jax.rl import state as state_lib
 from agentic_jax.training.builders import build_run
 from agentic_jax.config import read_config
 from agentic_jax.training.run import train
+from agentic_jax.training.preemption import RunStopped
 from agentic_jax.training.update import TrainingDiverged
 from agentic_jax.utils import Checkpointer
 from agentic_jax.utils import read_metrics
+from agentic_jax.utils.checkpoint import CheckpointSaveError
+from agentic_jax.utils.run_lock import WorkdirBusy, WorkdirLock
 from train_testing import comparable, tiny_config
 
 REQUIRED = ("step", "reward", "accuracy", "code_use_rate", "exec_success_rate", "tool_calls",
@@ -80,10 +87,12 @@ def test_run_writes_metrics_checkpoints_and_summary(full_run):
     assert summary["peak_rss_mb"] > 100  # a JAX process: far above any unit mix-up
 
 
-def test_restart_resumes_exactly(full_run, tmp_path):
+def test_restart_resumes_exactly_past_a_cut_metrics_line(full_run, tmp_path):
     workdir, _ = full_run
     split = str(tmp_path / "split")
     train(tiny_config(**{"training.total_steps": 2}), split, progress=False)
+    with open(os.path.join(split, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 3, "reward": 0.')  # what a crash while step 3 was logged leaves
     train(tiny_config(), split, progress=False)
     one = [comparable(r) for r in _records(workdir)]
     two = [comparable(r) for r in _records(split)]
@@ -101,6 +110,77 @@ def test_corrupted_newest_checkpoint_falls_back(full_run, tmp_path, caplog):
                 f.write(b"\0corrupt")
     assert _restored_step(tiny_config(), copy) == 2
     assert any("step 4" in r.getMessage() for r in caplog.records)
+    # Moved aside: no later resume or cleanup takes it for a checkpoint.
+    assert os.listdir(os.path.join(copy, "checkpoints.corrupt")) == ["4"]
+    assert "4" not in os.listdir(os.path.join(copy, "checkpoints"))
+
+
+def test_a_second_run_on_the_directory_is_refused_before_it_builds(tmp_path):
+    with WorkdirLock(str(tmp_path)):
+        start = time.monotonic()
+        with pytest.raises(WorkdirBusy, match=f"in use by pid {os.getpid()} on host"):
+            train(tiny_config(), str(tmp_path), progress=False)
+        assert time.monotonic() - start < 5
+    assert os.listdir(tmp_path) == []
+
+
+def test_sigterm_saves_the_step_in_flight_and_resumes_exactly(full_run, tmp_path,
+                                                              monkeypatch):
+    workdir, _ = full_run
+    stopped_dir = str(tmp_path / "term")
+    real, sent = run_lib.update, []
+
+    def terminated_in_step_3(run, state, episodes, step, **kwargs):
+        if step == 3:  # a scheduler's preemption, in the middle of the step
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(run, state, episodes, step, **kwargs)
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(run_lib, "update", terminated_in_step_3)
+    with pytest.raises(RunStopped) as stopped:
+        train(tiny_config(), stopped_dir, progress=False)
+    exit_s = time.monotonic() - sent[0]
+    assert stopped.value.code == 128 + signal.SIGTERM == 143
+    assert signal.getsignal(signal.SIGTERM) == before
+    # Step 3 finished and was saved, though checkpoints come every 2 steps; within the bound
+    # of the rest of one step and one save (a tiny step takes about a second here).
+    assert sorted(os.listdir(os.path.join(stopped_dir, "checkpoints"))) == ["0", "2", "3"]
+    assert [r["step"] for r in _records(stopped_dir)] == [1, 2, 3]
+    assert exit_s < 30, exit_s
+    assert not os.path.exists(os.path.join(stopped_dir, "run.lock"))
+    monkeypatch.setattr(run_lib, "update", real)
+    train(tiny_config(), stopped_dir, progress=False)
+    assert [comparable(r) for r in _records(stopped_dir)] == [
+        comparable(r) for r in _records(workdir)]
+
+
+def test_a_failed_save_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    workdir = str(tmp_path / "full_disk")
+    cfg = tiny_config(**{"training.total_steps": 6, "checkpoint.keep": 1})
+    real = run_lib.update
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    sigxfsz = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def disk_full_from_step_4(run, state, episodes, step, **kwargs):
+        if step == 4:  # files grow no further than 256 KB: the checkpoint's do not fit
+            resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, hard))
+        return real(run, state, episodes, step, **kwargs)
+
+    monkeypatch.setattr(run_lib, "update", disk_full_from_step_4)
+    try:
+        with pytest.raises(CheckpointSaveError) as failed:
+            train(cfg, workdir, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, sigxfsz)
+    checkpoints = os.path.join(workdir, "checkpoints")
+    assert str(failed.value) == (f"saving the checkpoint of step 4 in {checkpoints} failed: "
+                                 "OUT_OF_RANGE: File too large (errno 27) (step 2's checkpoint "
+                                 "is intact)")
+    assert [r["step"] for r in _records(workdir)] == [1, 2, 3, 4]  # stopped at once
+    assert os.listdir(checkpoints) == ["2"]  # no temporary directory; keep=1 kept step 2
+    assert _restored_step(cfg, workdir) == 2
 
 
 @pytest.mark.slow  # a run until it stops
