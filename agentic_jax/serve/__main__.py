@@ -4,11 +4,11 @@ r"""Serves a policy with its tool loop: an OpenAI-compatible API and the tools' 
         [--allowed_hosts=name,...]
     python -m agentic_jax.serve --config=configs/math_ppo.py --config.model.path=HF_DIR
 
-Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``,
-``POST /v1/chat/completions`` and the tools' ``/api/*``. Bound to loopback unless ``--host``
-says otherwise: the sandbox runs code that clients' prompts lead the policy to write. Only the
-bound address, the loopback names and ``--allowed_hosts`` are answered as ``Host``, and POSTs
-from other web sites are refused (`agentic_jax.serve.boundary`).
+Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``, ``GET /v1/models/{id}``,
+``POST /v1/chat/completions`` (docs/serving.md) and the tools' ``/api/*``. Bound to loopback
+unless ``--host`` says otherwise: the sandbox runs code that clients' prompts lead the policy to
+write. Only the bound address, the loopback names and ``--allowed_hosts`` are answered as
+``Host``, and POSTs from other web sites are refused (`agentic_jax.serve.boundary`).
 """
 
 from __future__ import annotations

@@ -9,12 +9,14 @@ Bound to all addresses and reached by name: ``create_app(service,
 hosts=allowed_hosts("0.0.0.0", ["gpu-box.lan"]))``. Requests from other web sites (a foreign
 Host or Origin, a POST not labelled JSON) are refused before any route runs
 (`agentic_jax.serve.boundary`). Every error is OpenAI's body
-``{"error": {"message", "type", "param", "code"}}``.
+``{"error": {"message", "type", "param", "code"}}`` (``code`` a string such as
+"model_not_found", or null).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import time
 from typing import Any
@@ -24,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from starlette.exceptions import HTTPException
 
-from agentic_jax.serve import completions, tools_api
+from agentic_jax.serve import chat, completions, tools_api
 from agentic_jax.serve.boundary import BrowserBoundary, allowed_hosts
 from agentic_jax.serve.schema import RequestError, ServeLimits, error_response
 from agentic_jax.serve.worker import RolloutWorker
@@ -53,6 +55,16 @@ class Service:
     def decode(self, tokens) -> str:
         return self.policy.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
+    @functools.cached_property
+    def token_text(self) -> chat.TokenText:
+        """Each token's text and bytes, as a reply's log-probs show them."""
+        return chat.TokenText(self.policy.tokenizer)
+
+    def model_card(self) -> dict[str, Any]:
+        """The served model as OpenAI's ``/v1/models`` lists it."""
+        return {"id": self.model_name, "object": "model", "created": int(self.started),
+                "owned_by": "agentic_jax"}
+
     def close(self) -> None:
         self.worker.close()
         self.tools.close()
@@ -67,7 +79,7 @@ def create_app(service: Service, hosts: frozenset[str] | None = None) -> FastAPI
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, err: RequestError):
-        return error_response(err.status, str(err), err.param, err.kind)
+        return error_response(err.status, str(err), err.param, err.kind, err.code)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, err: RequestValidationError):
@@ -89,9 +101,12 @@ def create_app(service: Service, hosts: frozenset[str] | None = None) -> FastAPI
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": service.model_name, "object": "model",
-                                             "created": int(service.started),
-                                             "owned_by": "agentic_jax"}]}
+        return {"object": "list", "data": [service.model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        completions.check_model(service, model_id)
+        return service.model_card()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions``: a validated request becomes a worker `Job`; its episodes come
 back as one JSON reply or as server-sent events (OpenAI chunks, then ``data: [DONE]``). A client
 that disconnects, or a request past ``request_timeout_s`` (504), cancels its job: its episodes
-leave the engine at the next step."""
+leave the engine at the next step. A ``model`` other than the one served is a 404
+``model_not_found``, as OpenAI answers it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from starlette.concurrency import run_in_threadpool
 
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import chat
-from agentic_jax.serve.schema import ChatRequest, RequestError, check_limits, validation_message
+from agentic_jax.serve.schema import (
+    ChatRequest,
+    RequestError,
+    check_limits,
+    error_body,
+    validation_message,
+)
 from agentic_jax.serve.worker import Job, QueueFull
 from agentic_jax.utils.files import JSONDepthError, loads_bounded
 
@@ -67,23 +74,27 @@ async def chat_completions(service: Any, request: Request):
     """The route: validate, queue, then reply or stream."""
     chat_request = await read_json(request, service.limits.max_body_bytes,
                                    lambda payload: parse_chat(payload, service.limits))
-    prompt = service.policy.chat_prompt([m.model_dump() for m in chat_request.messages])
+    check_model(service, chat_request.model)
+    prompt = service.policy.chat_prompt([m.prompt_message() for m in chat_request.messages])
     worker = service.worker
     room = worker.max_length - len(prompt)
     if room < 1:
         raise RequestError(400, f"messages: the prompt has {len(prompt)} tokens; this model "
-                           f"takes at most {worker.max_length - 1}", "messages")
+                           f"takes at most {worker.max_length - 1}", "messages",
+                           code="context_length_exceeded")
     max_new = min(room, chat_request.completion_limit() or room)
     stream = _Stream(asyncio.get_running_loop(), chat_request.stream)
     job = Job(prompt=prompt, n=chat_request.n,
               sampling=SamplingParams(temperature=chat_request.temperature,
-                                      top_p=chat_request.top_p),
+                                      top_p=chat_request.top_p,
+                                      top_logprobs=chat_request.alternatives()),
               max_new_tokens=max_new, on_update=stream.on_update, on_finish=stream.on_finish,
               seed=chat_request.seed)
     try:
         ticket = worker.submit(job)
     except QueueFull as err:
-        raise RequestError(429, f"server busy: {err}", kind="rate_limit_error") from None
+        raise RequestError(429, f"server busy: {err}", kind="rate_limit_error",
+                           code="rate_limit_exceeded") from None
     reply = _Reply(service, chat_request, len(prompt), max_new, ticket)
     if chat_request.stream:
         return StreamingResponse(reply.events(stream), media_type="text/event-stream",
@@ -96,6 +107,13 @@ async def chat_completions(service: Any, request: Request):
         ticket.cancel()  # a no-op once the job finished
 
 
+def check_model(service: Any, model: str | None) -> None:
+    """A 404 ``model_not_found`` unless ``model`` is the served one (or not given)."""
+    if model is not None and model != service.model_name:
+        raise RequestError(404, f"model: {model!r} does not exist; this server serves "
+                           f"{service.model_name!r}", "model", code="model_not_found")
+
+
 class _Stream:
     """Moves the worker thread's callbacks onto the event loop as queue items."""
 
@@ -105,7 +123,7 @@ class _Stream:
 
     def on_update(self, choice: int, episode, kind: str) -> None:
         if self.follow:  # a snapshot: the worker keeps extending the episode
-            self._put(("update", choice, list(episode.response_tokens), list(episode.loss_mask),
+            self._put(("update", choice, chat.Sampled.of(episode),
                        episode.finish_reason if kind == "done" else None))
 
     def on_finish(self, episodes, error) -> None:
@@ -134,9 +152,18 @@ class _Reply:
         self.cid, self.created = chat.completion_id(), int(time.time())
         self.deadline = time.monotonic() + service.limits.request_timeout_s
 
-    def _choice(self, tokens, mask, reason) -> chat.ChoiceText:
-        return chat.choice_text(tokens, mask, self.service.decode, max_new_tokens=self.max_new,
-                                stops=self.request.stops(), episode_reason=reason)
+    def _choice(self, sampled: chat.Sampled, reason) -> chat.ChoiceText:
+        return chat.choice_text(sampled.tokens, sampled.mask, self.service.decode,
+                                max_new_tokens=self.max_new, stops=self.request.stops(),
+                                episode_reason=reason)
+
+    def _logprobs(self, sampled: chat.Sampled, choice: chat.ChoiceText, start: int
+                  ) -> tuple[list[dict], int]:
+        """The log-prob entries of the response tokens from ``start`` to the end of those the
+        choice's text shows, and that end."""
+        end = max(start, chat.tokens_shown(sampled.tokens[:self.max_new], self.service.decode,
+                                           choice.text))
+        return chat.logprob_content(sampled, start, end, self.service.token_text), end
 
     async def _next(self, stream: _Stream, http: Request | None = None):
         """The stream's next item; 504 past the deadline, `_ClientGone` when ``http``'s client
@@ -164,10 +191,13 @@ class _Reply:
         if error is not None:
             raise RequestError(500, f"rollout failed: {type(error).__name__}: {error}",
                                kind="server_error")
-        choices = [self._choice(e.response_tokens, e.loss_mask, e.finish_reason)
-                   for e in episodes]
+        sampled = [chat.Sampled.of(e) for e in episodes]
+        choices = [self._choice(s, e.finish_reason) for s, e in zip(sampled, episodes)]
+        logprobs = ([self._logprobs(s, c, 0)[0] for s, c in zip(sampled, choices)]
+                    if self.request.logprobs else None)
         return JSONResponse(chat.completion_body(self.cid, self.service.model_name,
-                                                 self.prompt_tokens, episodes, choices))
+                                                 self.prompt_tokens, episodes, choices,
+                                                 logprobs))
 
     async def events(self, stream: _Stream) -> AsyncIterator[str]:
         """SSE: a role chunk per choice, content deltas as episodes grow, a finish chunk per
@@ -180,8 +210,7 @@ class _Reply:
 
     async def _events(self, stream: _Stream) -> AsyncIterator[str]:
         n, model = self.request.n, self.service.model_name
-        sent, finished = [""] * n, [None] * n
-        last: list[chat.ChoiceText | None] = [None] * n
+        sent = _Sent(n)
         for i in range(n):
             yield _sse(chat.chunk(self.cid, model, self.created, i,
                                   {"role": "assistant", "content": ""}))
@@ -189,39 +218,54 @@ class _Reply:
             try:
                 item = await self._next(stream)
             except RequestError as err:
-                yield _sse({"error": {"message": str(err), "type": err.kind, "code": 504}})
+                yield _sse(error_body(str(err), kind=err.kind, code=err.code))
                 break
             if item[0] == "finish":
                 _, episodes, error = item
                 if error is not None:
-                    yield _sse({"error": {"message": f"rollout failed: {error}",
-                                          "type": "server_error", "code": 500}})
+                    yield _sse(error_body(f"rollout failed: {error}", kind="server_error"))
                     break
                 for i, e in enumerate(episodes):
-                    if finished[i] is None:
-                        last[i] = self._choice(e.response_tokens, e.loss_mask, e.finish_reason)
-                        for event in self._deltas(i, last[i], sent, finished):
-                            yield event
-                usage_event = _usage_event(self, last)
+                    for event in self._deltas(i, chat.Sampled.of(e), e.finish_reason, sent):
+                        yield event
+                usage_event = _usage_event(self, sent.last)
                 if usage_event:
                     yield usage_event
                 break
-            _, i, tokens, mask, reason = item
-            if finished[i] is None:
-                last[i] = self._choice(tokens, mask, reason)
-                for event in self._deltas(i, last[i], sent, finished):
-                    yield event
+            _, i, sampled, reason = item
+            for event in self._deltas(i, sampled, reason, sent):
+                yield event
         yield "data: [DONE]\n\n"
 
-    def _deltas(self, i: int, choice: chat.ChoiceText, sent: list[str], finished: list):
+    def _deltas(self, i: int, sampled: chat.Sampled, reason: str | None, sent: _Sent):
+        """Choice ``i``'s chunks for what its text (and log-probs) grew by since ``sent``, and
+        its finish chunk once it ended; nothing after that."""
+        if sent.finished[i] is not None:
+            return
+        choice = sent.last[i] = self._choice(sampled, reason)
         model = self.service.model_name
-        if choice.text.startswith(sent[i]) and len(choice.text) > len(sent[i]):
-            yield _sse(chat.chunk(self.cid, model, self.created, i,
-                                  {"content": choice.text[len(sent[i]):]}))
-            sent[i] = choice.text
+        grown = choice.text.startswith(sent.text[i]) and len(choice.text) > len(sent.text[i])
+        logprobs = None
+        if self.request.logprobs:
+            logprobs, sent.tokens[i] = self._logprobs(sampled, choice, sent.tokens[i])
+        if grown or logprobs:
+            delta = choice.text[len(sent.text[i]):] if grown else ""
+            yield _sse(chat.chunk(self.cid, model, self.created, i, {"content": delta},
+                                  logprobs=logprobs))
+            sent.text[i] = sent.text[i] + delta
         if choice.finish_reason is not None:
-            finished[i] = choice.finish_reason
+            sent.finished[i] = choice.finish_reason
             yield _sse(chat.chunk(self.cid, model, self.created, i, {}, choice.finish_reason))
+
+
+class _Sent:
+    """Per choice of a stream: the text sent, the response tokens its log-probs covered, the
+    finish reason once sent, and the latest `chat.ChoiceText`."""
+
+    def __init__(self, n: int):
+        self.text, self.tokens = [""] * n, [0] * n
+        self.finished: list[str | None] = [None] * n
+        self.last: list[chat.ChoiceText | None] = [None] * n
 
 
 def _usage_event(reply: _Reply, last: list) -> str:

@@ -2,18 +2,29 @@
 
 Requests are validated strictly: a field the server does not know, a wrong type or a value out of
 bounds is a 400 naming the field, so a client never silently gets a different behaviour than it
-asked for.
+asked for. What common clients send is read as OpenAI reads it: a message's content as a list of
+text parts (joined by newlines), the ``developer`` role as a system message, ``logprobs`` /
+``top_logprobs``. Function calling (``tools`` and its kin) is a 400 that says why
+(docs/serving.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 import pydantic
+import pydantic_core
 from fastapi.responses import JSONResponse
 
 from agentic_jax.errors import UserError
+from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS
+
+# OpenAI's function-calling fields: the policy calls its own tool, in the reply.
+FUNCTION_CALLING = frozenset({"tools", "tool_choice", "parallel_tool_calls", "functions",
+                              "function_call", "tool_calls", "tool_call_id"})
+NO_FUNCTION_CALLING = ("function calling is not supported: the policy writes and runs its own "
+                       "Python inside the reply (docs/serving.md)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +56,57 @@ class ServeLimits:
                             f"{self.request_timeout_s}, {self.batch_wait_ms}")
 
 
+def _invalid(message: str) -> pydantic_core.PydanticCustomError:
+    """A validation error whose message is shown as it is (no "Value error," prefix)."""
+    return pydantic_core.PydanticCustomError("invalid", message)
+
+
+def text_of_parts(parts: list[Any]) -> str:
+    """A content given as OpenAI's parts: its text parts joined by newlines (an image or any
+    other part is an error: the model reads text only)."""
+    if not parts:
+        raise _invalid("expected a string or at least one text part")
+    texts = []
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            raise _invalid(f"part {i}: expected an object with a \"type\"")
+        if kind != "text":
+            raise _invalid(f"part {i} is {kind!r}: only text parts are supported (this model "
+                           f"reads text only)")
+        if set(part) != {"type", "text"} or not isinstance(part["text"], str):
+            raise _invalid(f"part {i}: a text part is {{\"type\": \"text\", \"text\": "
+                           f"string}}")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
 class Message(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True)
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant"]
     content: str
     name: str | None = None
+
+    @pydantic.field_validator("role", mode="before")
+    @classmethod
+    def _no_tool_role(cls, value):
+        if value in ("tool", "function"):
+            raise _invalid(f"{value!r} messages answer function calls; {NO_FUNCTION_CALLING}")
+        return value
+
+    @pydantic.field_validator("content", mode="before")
+    @classmethod
+    def _parts(cls, value):
+        return text_of_parts(value) if isinstance(value, list) else value
+
+    def prompt_message(self) -> dict[str, str]:
+        """The message as the prompt renders it: a developer message is a system message."""
+        message = {"role": "system" if self.role == "developer" else self.role,
+                   "content": self.content}
+        if self.name is not None:
+            message["name"] = self.name
+        return message
 
 
 class ChatRequest(pydantic.BaseModel):
@@ -68,6 +124,9 @@ class ChatRequest(pydantic.BaseModel):
     seed: int | None = pydantic.Field(None, ge=0, lt=2**32)
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": true}: a last chunk with usage
+    # The sampled tokens' log-probs (untempered), and the top_logprobs most likely at each.
+    logprobs: bool = False
+    top_logprobs: int | None = pydantic.Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     # Accepted for OpenAI clients; they do not change what is sampled.
     model: str | None = None
     user: str | None = None
@@ -86,27 +145,44 @@ class ChatRequest(pydantic.BaseModel):
             raise ValueError("expected up to 4 non-empty strings")
         return stops
 
+    @pydantic.field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, value, info: pydantic.ValidationInfo):
+        if value is not None and not info.data.get("logprobs"):
+            raise _invalid("requires logprobs: true")
+        return value
+
     def stops(self) -> list[str]:
         return list(self.stop or [])
+
+    def alternatives(self) -> int:
+        """How many most likely tokens each sampled position reports (0: none)."""
+        return self.top_logprobs or 0
 
     def completion_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
 
 class RequestError(Exception):
-    """A client error: HTTP ``status``, OpenAI error ``type``, the offending ``param``."""
+    """A client error: HTTP ``status``, OpenAI error ``type``, the offending ``param`` and
+    OpenAI's ``code`` for it (a string such as "model_not_found", or None)."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error"):
+                 kind: str = "invalid_request_error", code: str | None = None):
         super().__init__(message)
-        self.status, self.param, self.kind = status, param, kind
+        self.status, self.param, self.kind, self.code = status, param, kind, code
+
+
+def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",
+               code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(status: int, message: str, param: str | None = None,
-                   kind: str = "invalid_request_error") -> JSONResponse:
-    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
-    return JSONResponse(status_code=status, content={
-        "error": {"message": message, "type": kind, "param": param, "code": status}})
+                   kind: str = "invalid_request_error", code: str | None = None
+                   ) -> JSONResponse:
+    return JSONResponse(status_code=status, content=error_body(message, param, kind, code))
 
 
 def validation_message(err: pydantic.ValidationError) -> tuple[str, str | None]:
@@ -114,6 +190,8 @@ def validation_message(err: pydantic.ValidationError) -> tuple[str, str | None]:
     first = err.errors()[0]
     loc = ".".join(str(part) for part in first["loc"]) or None
     if first["type"] == "extra_forbidden":
+        if first["loc"][-1] in FUNCTION_CALLING:
+            return f"{loc}: {NO_FUNCTION_CALLING}", loc
         return f"{loc}: unsupported field", loc
     return f"{loc}: {first['msg']}", loc
 

@@ -14,14 +14,6 @@ from tests.serve.serve_testing import live_server
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
-@pytest.fixture(scope="module")
-def server(tiny_policy):
-    limits = ServeLimits(max_n=4, max_tokens=64, max_batch_rows=4, max_queue=8,
-                         batch_wait_ms=0, request_timeout_s=120)
-    with live_server(tiny_policy, limits, model_name="tiny") as (url, service):
-        yield url, service
-
-
 def _post(url, body, **kwargs):
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120, **kwargs)
 
