@@ -20,9 +20,10 @@ writes:
   docs/results/default_run.md    the section itself: the recipe, the held-out table of every
                                  seed, the curves' start and end, and held-out transcripts from
                                  before and after RL;
-  README.md                      the same section, between the markers
-                                 <!-- default-run:begin --> and <!-- default-run:end -->.
-Nothing else in the README changes; without the markers it is left alone and the tool says so.
+  README.md or a docs/ guide      the same section, between the markers
+                                 <!-- default-run:begin --> and <!-- default-run:end -->, in
+                                 whichever page holds them (--readme=PAGE names one).
+Nothing else in the page changes; without the markers no page is touched and the tool says so.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from matplotlib.figure import Figure
 from agentic_jax.utils import read_json, read_metrics
 
 _OUT_DIR = flags.DEFINE_string("out_dir", "docs/results", "Where the figure and section go.")
-_README = flags.DEFINE_string("readme", "README.md", "The README to update ('' to skip).")
+_README = flags.DEFINE_string(
+    "readme", "auto", "The page to update: a markdown file, 'auto' (README.md or the docs/ guide "
+    "that holds the recipe's markers) or '' to skip.")
 _NAME = flags.DEFINE_string("name", "default_run",
                             "The recipe's name: file names and the README's markers.")
 _COMMAND = flags.DEFINE_string("command", "python -m agentic_jax.train "
@@ -291,6 +294,19 @@ def section(runs: Sequence[Run], figure_path: str,
     return "\n".join(lines).rstrip() + "\n"
 
 
+def find_page(name: str, pages: list[str] | None = None) -> str | None:
+    """The first of README.md and docs/*.md that holds the recipe's markers, or None."""
+    import glob
+
+    begin, end = markers(name)
+    for page in pages if pages is not None else ["README.md", *sorted(glob.glob("docs/*.md"))]:
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        if begin in text and end in text:
+            return page
+    return None
+
+
 def update_readme(readme: str, text: str, name: str = "default_run") -> bool:
     begin, end = markers(name)
     with open(readme, encoding="utf-8") as f:
@@ -313,14 +329,18 @@ def main(argv: list[str]) -> None:
     plot(runs, os.path.join(out_dir, figure), _TITLE.value)
     with open(os.path.join(out_dir, doc), "w", encoding="utf-8") as f:
         f.write(section(runs, figure, command, name))
-    text = section(runs, os.path.join(out_dir, figure), command, name)
     print(f"wrote {os.path.join(out_dir, figure)} and {os.path.join(out_dir, doc)}")
-    if _README.value:
-        if update_readme(_README.value, text, name):
-            print(f"updated {_README.value}")
+    page = find_page(name) if _README.value == "auto" else _README.value
+    if page:
+        # The figure's link is relative to the page that shows it.
+        figure_link = os.path.relpath(os.path.join(out_dir, figure), os.path.dirname(page) or ".")
+        if update_readme(page, section(runs, figure_link, command, name), name):
+            print(f"updated {page}")
         else:
             begin, end = markers(name)
-            print(f"{_README.value}: no {begin} ... {end} markers; left as it is")
+            print(f"{page}: no {begin} ... {end} markers; left as it is")
+    elif _README.value == "auto":
+        print(f"no page holds the {markers(name)[0]} markers; none updated")
 
 
 if __name__ == "__main__":
