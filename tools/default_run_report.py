@@ -248,9 +248,20 @@ def section(runs: Sequence[Run], figure_path: str,
     for label, mode, key, fmt in rows:
         cells = []
         for r in runs:
-            cells += [fmt.format(r.held_out("initial", mode, key)),
-                      "**" + fmt.format(r.held_out("final", mode, key)) + "**"]
+            before, after = r.held_out("initial", mode, key), r.held_out("final", mode, key)
+            if key == "accuracy" and _intervals(r):
+                cells += [f"{before:.3f} {_wilson(r, 'initial', mode)}",
+                          f"**{after:.3f}** {_wilson(r, 'final', mode)}"]
+            else:
+                cells += [fmt.format(before), "**" + fmt.format(after) + "**"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if all(_intervals(r) for r in runs):
+        cells = []
+        for r in runs:
+            low, high = _gain_interval(r)
+            cells += ["", f"{r.held_out('final', 'tools', 'accuracy') - r.held_out('initial', 'tools', 'accuracy'):+.3f} ({low:+.3f} to {high:+.3f})"]
+        lines.append("| RL's gain in accuracy with tools (95% interval) | " + " | ".join(cells)
+                     + " |")
     n = int(main.held_out("initial", "tools", "num_problems"))
     turns = ", the stages taking turns" if len(c["data"]["stages"]) > 1 else ""
     lines += ["", f"Held-out: {n} problems{turns}. Wall time and peak memory "
@@ -292,6 +303,31 @@ def section(runs: Sequence[Run], figure_path: str,
     lines += ["", f"Regenerate this section, the figure and docs/results/{name}.md: "
               f"`python tools/default_run_report.py {again}RUN_DIR [RUN_DIR ...]`."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _intervals(run: Run) -> bool:
+    """Whether the held-out sets are large enough for intervals to say something (>= 100)."""
+    return run.held_out("initial", "tools", "num_problems") >= 100
+
+
+def _counts(run: Run, phase: str, mode: str) -> tuple[int, int]:
+    n = int(run.held_out(phase, mode, "num_problems"))
+    return round(run.held_out(phase, mode, "accuracy") * n), n
+
+
+def _wilson(run: Run, phase: str, mode: str) -> str:
+    from agentic_jax.evaluation.metrics import wilson_interval
+
+    low, high = wilson_interval(*_counts(run, phase, mode))
+    return f"({low:.3f}–{high:.3f})"
+
+
+def _gain_interval(run: Run) -> tuple[float, float]:
+    """95% interval of the final accuracy with tools minus the initial one (Newcombe's, as for
+    independent samples: conservative on the same problems)."""
+    from agentic_jax.evaluation.metrics import difference_interval
+
+    return difference_interval(*_counts(run, "initial", "tools"), *_counts(run, "final", "tools"))
 
 
 def find_page(name: str, pages: list[str] | None = None) -> str | None:

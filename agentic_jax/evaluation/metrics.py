@@ -86,6 +86,29 @@ def score_problem(samples: Sequence[Sample], reference: str,
     return ProblemScore(answers, correct, majority is not None and grade(majority, reference))
 
 
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95% for z = 1.96) of an accuracy of ``correct`` of ``n``."""
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"wilson_interval: expected 0 <= correct <= n, n >= 1, got {correct}, "
+                         f"{n}")
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def difference_interval(correct_a: int, n_a: int, correct_b: int, n_b: int,
+                        z: float = 1.96) -> tuple[float, float]:
+    """Newcombe's interval (method 10: Wilson intervals combined) of the difference of two
+    independent accuracies, b - a. On the same problems (paired) it is conservative."""
+    pa, pb = correct_a / n_a, correct_b / n_b
+    la, ua = wilson_interval(correct_a, n_a, z)
+    lb, ub = wilson_interval(correct_b, n_b, z)
+    d = pb - pa
+    return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2),
+            d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
+
+
 def _interval(values: np.ndarray, resamples: np.ndarray) -> list[float]:
     """95% bootstrap interval of the mean of ``values`` [P] over ``resamples`` [B, P]."""
     means = values[resamples].mean(axis=1)

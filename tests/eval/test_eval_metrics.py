@@ -173,3 +173,15 @@ def test_a_step_without_history_is_recorded_in_the_results_only(tmp_path):
                                   str(eval_dir), num_samples=2, step=7, history=False)
     assert results["b"]["step"] == 7 and json.loads((eval_dir / "b.json").read_text())["step"] == 7
     assert not (eval_dir / "history.jsonl").exists()
+
+
+def test_wilson_and_newcombe_intervals_match_the_published_examples():
+    from agentic_jax.evaluation.metrics import difference_interval, wilson_interval
+
+    # Newcombe (1998), Statistics in Medicine 17: 81/263 -> 0.2553-0.3662; 0/20 -> 0-0.1611.
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    assert wilson_interval(0, 20) == pytest.approx((0.0, 0.1611), abs=1e-4)
+    # Newcombe (1998), method 10: 56/70 vs 48/80 -> difference 0.2, interval 0.0524-0.3339.
+    assert difference_interval(48, 80, 56, 70) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -57,7 +57,11 @@ def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
     assert (out / "default_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     section = (out / "default_run.md").read_text()
     assert "](default_run.png)" in section
-    assert "| accuracy with tools | 0.030 | **0.930** | 0.030 | **0.880** |" in section
+    # Accuracy with its Wilson 95% interval (128 held-out problems), and RL's gain with
+    # Newcombe's interval of the difference.
+    assert ("| accuracy with tools | 0.030 (0.012–0.078) | **0.930** (0.872–0.963) | "
+            "0.030 (0.012–0.078) | **0.880** (0.816–0.928) |") in section
+    assert "| RL's gain in accuracy with tools (95% interval) |  | +0.900 (+0.8" in section
     assert "| code-use rate | 0.000 | **0.990** | 0.000 | **0.990** |" in section
     assert "seed 0 10 min 01 s, 2.1 GB" in section
     # One accuracy row per stage, naming the config's kinds of it.
@@ -75,8 +79,8 @@ def test_report_writes_the_figure_the_section_and_the_readme_block(tmp_path):
     text = readme.read_text()
     assert "old text" not in text and text.startswith("# x\n\nbefore\n")
     assert text.endswith("<!-- default-run:end -->\nafter\n")
-    assert f"]({out}/default_run.png)" in text
-    assert "| accuracy with tools | 0.030 | **0.930** |" in text
+    assert "](results/default_run.png)" in text  # relative to the page that shows it
+    assert "| accuracy with tools | 0.030 (0.012–0.078) | **0.930** (0.872–0.963) |" in text
 
 
 def test_report_leaves_a_readme_without_markers_alone(tmp_path):
@@ -140,4 +144,4 @@ def test_another_recipe_gets_its_own_files_markers_and_run_labels(tmp_path):
     # One stage: no curriculum to move through, no stages taking turns.
     assert "Curriculum" not in section and "taking turns" not in section
     text = readme.read_text()
-    assert "kept" in text and "\nold\n" not in text and "](" + str(out) + "/smollm2_rl.png)" in text
+    assert "kept" in text and "\nold\n" not in text and "](results/smollm2_rl.png)" in text
