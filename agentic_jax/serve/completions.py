@@ -26,6 +26,7 @@ from agentic_jax.serve.schema import (
     error_body,
     validation_message,
 )
+from agentic_jax.serve.fair_queue import client_key
 from agentic_jax.serve.worker import Job, QueueFull
 from agentic_jax.utils.files import JSONDepthError, loads_bounded
 
@@ -89,7 +90,7 @@ async def chat_completions(service: Any, request: Request):
                                       top_p=chat_request.top_p,
                                       top_logprobs=chat_request.alternatives()),
               max_new_tokens=max_new, on_update=stream.on_update, on_finish=stream.on_finish,
-              seed=chat_request.seed)
+              seed=chat_request.seed, client=client_key(request))
     try:
         ticket = worker.submit(job)
     except QueueFull as err:

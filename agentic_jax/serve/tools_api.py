@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from agentic_jax.serve.completions import read_json
+from agentic_jax.serve.fair_queue import client_key
 from agentic_jax.serve.hints import WorkerHints
 from agentic_jax.serve.schema import RequestError, validation_message
 
@@ -140,7 +141,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
     async def grade(request: Request):
         body = await _body(request, GradeBody, MAX_UPLOAD_BYTES + 4096)
         # Rendered in the thread too: 10,000 graded rows are megabytes of JSON.
-        return await run_in_threadpool(_grade, service, body)
+        return await run_in_threadpool(_grade, service, body, client_key(request))
 
     @app.post("/api/derivation")
     async def derivation(request: Request):
@@ -188,7 +189,7 @@ def add_routes(app: FastAPI, service: Any) -> None:
         return {"feedback": dataclasses.asdict(feedback), "progress": learner.progress()}
 
 
-def _grade(service: Any, body: GradeBody) -> JSONResponse:
+def _grade(service: Any, body: GradeBody, client: str) -> JSONResponse:
     from agentic_jax.apps.grade import HTTP_STATUS, first_problem, grade_rows, outcome, summary
     from agentic_jax.apps.hints import policy_hint_fn
     from agentic_jax.apps.homework import parse_homework, write_results_csv
@@ -200,8 +201,8 @@ def _grade(service: Any, body: GradeBody) -> JSONResponse:
     if outcome(rows) == "unreadable":
         raise RequestError(HTTP_STATUS["unreadable"], f"text: {first_problem(rows)}", "text")
     tools = service.tools
-    hints = (policy_hint_fn(tools.hint_worker, slots=tools.hint_slots()) if body.hints
-             else None)
+    hints = (policy_hint_fn(WorkerHints(service.worker, client), slots=tools.hint_slots())
+             if body.hints else None)
     graded = grade_rows(rows, service.tools.sandbox("grade"), hints,
                         time_budget_s=GRADE_BUDGET_S)
     results = [dataclasses.asdict(r) for r in graded]

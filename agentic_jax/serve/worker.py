@@ -5,8 +5,9 @@ HTTP handlers never touch the engine: they `submit` a `Job` (a prompt, its n cho
 settings, a completion-token limit and callbacks) and get a `Ticket` back. The thread admits
 queued jobs into the running loop between engine steps — a request that arrives while others
 decode starts at the next step, and a short one finishes while a long one runs — up to
-``max_batch_rows`` episodes at once (more wait in a bounded queue: `QueueFull`). When the loop
-is idle, the first job waits ``batch_wait_ms`` for others so that they prefill together.
+``max_batch_rows`` episodes at once (more wait in a bounded queue: `QueueFull`). The queue is
+shared fairly between clients (`agentic_jax.serve.fair_queue`: one line per API key or address,
+served in turn, each client a share of the places). When the loop is idle, the first job waits ``batch_wait_ms`` for others so that they prefill together.
 `Ticket.cancel()` (a client that went away, a request past its timeout) aborts the job's
 episodes: their pages are freed at the next step and their queued tool calls dropped.
 
@@ -33,6 +34,7 @@ import jax
 import numpy as np
 
 from agentic_jax.rollout import Episode, RowSpec, SamplingParams, ToolController
+from agentic_jax.serve.fair_queue import LOCAL, FairQueue
 from agentic_jax.serve.schema import ServeLimits
 
 logger = logging.getLogger(__name__)
@@ -52,7 +54,8 @@ class Cancelled(Exception):
 @dataclasses.dataclass
 class Job:
     """One request: ``n`` episodes of ``prompt`` (token ids), each cut at ``max_new_tokens``
-    response tokens. With ``seed``, choice c samples with ``fold_in(key(seed), c)``."""
+    response tokens. With ``seed``, choice c samples with ``fold_in(key(seed), c)``.
+    ``client``: whose request it is (`agentic_jax.serve.fair_queue.client_key`)."""
 
     prompt: Sequence[int]
     n: int
@@ -62,6 +65,7 @@ class Job:
     on_finish: FinishFn
     tools: bool = True
     seed: int | None = None
+    client: str = LOCAL
 
 
 class Ticket:
@@ -111,7 +115,7 @@ class RolloutWorker:
         self.agent = policy.agent(ToolController(max_tool_calls=e.max_tool_calls,
                                                  timeout_ms=e.timeout, mode="fixed"))
         self.service = self.agent.service
-        self._pending: collections.deque[Ticket] = collections.deque()
+        self._pending: FairQueue[Ticket] = FairQueue(limits.max_queue)
         self._running: dict[int, tuple[Ticket, int]] = {}   # handle -> (ticket, choice)
         self._live_rows = 0
         self._cond = threading.Condition()
@@ -143,9 +147,10 @@ class RolloutWorker:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the rollout worker is closed")
-            if len(self._pending) >= self.limits.max_queue:
-                raise QueueFull(f"{len(self._pending)} requests are queued; retry later")
-            self._pending.append(ticket)
+            refused = self._pending.refusal(job.client)
+            if refused is not None:
+                raise QueueFull(refused)
+            self._pending.push(job.client, ticket)
             self._cond.notify_all()
         self.service.interrupt()  # a step waiting for a tool call returns to admit it
         return ticket
@@ -158,8 +163,7 @@ class RolloutWorker:
                 return
             ticket.done = True
             self.stats.cancelled += 1
-            if ticket in self._pending:
-                self._pending.remove(ticket)
+            self._pending.remove(ticket.job.client, ticket)
             for handle in ticket.handles:
                 if self._running.pop(handle, None) is not None:
                     self._live_rows -= 1
@@ -171,7 +175,7 @@ class RolloutWorker:
         """Stops the thread; queued and running jobs finish with an error."""
         with self._cond:
             self._closed = True
-            left, self._pending = list(self._pending), collections.deque()
+            left = self._pending.drain()
             self._cond.notify_all()
         self.service.interrupt()  # the thread may wait for a tool call
         self._thread.join()
@@ -211,16 +215,17 @@ class RolloutWorker:
         queue holds max_batch_rows episodes) so that jobs arriving together start together."""
         deadline = time.monotonic() + self.limits.batch_wait_ms / 1e3
         with self._cond:
-            while (sum(t.job.n for t in self._pending) < self.limits.max_batch_rows
+            while (self._pending.total(lambda t: t.job.n) < self.limits.max_batch_rows
                    and (left := deadline - time.monotonic()) > 0 and not self._closed):
                 self._cond.wait(left)
 
     def _admit(self) -> None:
-        """Moves queued jobs into the loop, in arrival order, while their episodes fit."""
+        """Moves queued jobs into the loop, the clients in turn (`FairQueue.pop`), while their
+        episodes fit."""
         admitted = []
         with self._cond:
-            while self._pending:
-                ticket = self._pending[0]
+            while (turn := self._pending.peek()) is not None:
+                ticket = turn[1]
                 job = ticket.job
                 if self._live_rows + job.n > self.limits.max_batch_rows:
                     break
@@ -230,7 +235,7 @@ class RolloutWorker:
                         break
                     self.policy.engine.set_sampling(dataclasses.replace(
                         self.policy.engine.cfg.sampling, top_k=job.sampling.top_k))
-                self._pending.popleft()
+                self._pending.pop()
                 self._start(ticket)
                 admitted.append(ticket)
         if admitted:
