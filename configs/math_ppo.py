@@ -30,6 +30,9 @@ Variants (the string after ``:``):
                 instead of every weight, at 10x the learning rates (warm start 1e-3, RL 5e-5):
                 held-out code use 0.00 -> 1.00, accuracy with tools 0.12 -> 1.00 for seed 0,
                 an RL step's peak 3.4 GB against full fine-tuning's 5.0 GB (README).
+  smollm2-135m-gsm8k  SmolLM2 on GSM8K with Python: a warm start on programs made from the
+                training solutions' calculator steps, then GRPO on the other training problems;
+                greedy held-out evaluation on all 1,319 test problems (docs/gsm8k.md).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
