@@ -8,7 +8,9 @@ Routes: ``GET /`` (the page), ``GET /health``, ``GET /v1/models``, ``GET /v1/mod
 ``POST /v1/chat/completions`` (docs/serving.md) and the tools' ``/api/*``. Bound to loopback
 unless ``--host`` says otherwise: the sandbox runs code that clients' prompts lead the policy to
 write. Only the bound address, the loopback names and ``--allowed_hosts`` are answered as
-``Host``, and POSTs from other web sites are refused (`agentic_jax.serve.boundary`).
+``Host``, and POSTs from other web sites are refused (`agentic_jax.serve.boundary`). SIGTERM
+lets the requests in flight finish (at most ``--drain_s``) while new ones get 503, then exits
+(`agentic_jax.serve.drain`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ _BATCH_WAIT = flags.DEFINE_integer("batch_wait_ms", 20, "When idle, wait after a
 _CONSTRAIN = flags.DEFINE_boolean(
     "constrain_code", False, "Inside ```python blocks, mask tokens that cannot continue valid "
     "Python (agentic_jax.rollout.constrain; needs llguidance).")
+_DRAIN = flags.DEFINE_float("drain_s", 30.0, "On SIGTERM, how long requests in flight may "
+                            "take to finish (new ones get 503) before the server exits.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed of the first batch (later ones fold "
                              "in their index).")
 
@@ -61,6 +65,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from agentic_jax.serve.app import Service, create_app
+    from agentic_jax.serve.drain import DrainingServer
     from agentic_jax.serve.boundary import allowed_hosts
     from agentic_jax.serve.loading import load_policy
     from agentic_jax.serve.schema import ServeLimits
@@ -89,7 +94,10 @@ def main(argv: list[str]) -> int:
         print(f"serving {loaded.name} on http://{_HOST.value}:{_PORT.value}/ (pid {os.getpid()})",
               flush=True)
         server_app = create_app(service, hosts=allowed_hosts(_HOST.value, _ALLOWED_HOSTS.value))
-        uvicorn.run(server_app, host=_HOST.value, port=_PORT.value, log_level="warning")
+        server = DrainingServer(uvicorn.Config(server_app, host=_HOST.value, port=_PORT.value,
+                                               log_level="warning"),
+                                service.drain, drain_s=_DRAIN.value)
+        server.run()
     finally:
         service.close()
     return 0

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 
 from agentic_jax.serve import chat, completions, tools_api
 from agentic_jax.serve.boundary import BrowserBoundary, allowed_hosts
+from agentic_jax.serve.drain import Drain, DrainGate
 from agentic_jax.serve.schema import RequestError, ServeLimits, error_response
 from agentic_jax.serve.worker import RolloutWorker
 
@@ -44,6 +45,7 @@ class Service:
     model_name: str
     tools: tools_api.ToolResources
     started: float = dataclasses.field(default_factory=time.time)
+    drain: Drain = dataclasses.field(default_factory=Drain)  # SIGTERM: finish, refuse new
 
     @classmethod
     def start(cls, policy: Any, limits: ServeLimits, *, model_name: str = "agentic_jax",
@@ -73,6 +75,7 @@ class Service:
 def create_app(service: Service, hosts: frozenset[str] | None = None) -> FastAPI:
     """The app; ``hosts``: the Host names it answers (default: the loopback names)."""
     app = FastAPI(title="agentic_jax", docs_url=None, redoc_url=None)
+    app.add_middleware(DrainGate, drain=service.drain)  # inside the boundary: counts
     app.add_middleware(BrowserBoundary, hosts=allowed_hosts("127.0.0.1") if hosts is None
                        else hosts)
     app.state.service = service
