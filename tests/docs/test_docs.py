@@ -151,7 +151,8 @@ def test_the_launch_dry_run_prints_the_job(tmp_path):
 # The README's commands with the overrides that make each one small; a command whose needs
 # this machine may lack says so.
 _SMALL = {
-    "agentic_jax.train": ["--config.training.total_steps=1", "--config.warmstart.steps=2",
+    "agentic_jax.train": ["--config.training.total_steps=1", "--config.training.warmup_steps=0",
+                          "--config.warmstart.steps=2",
                           "--config.data.eval_size=2", "--config.training.batch_size=2",
                           "--config.logging.progress=False"],
     "agentic_jax.evaluate": ["--limit=2"],
