@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from typing import Any, Mapping
 
 import ml_collections
@@ -127,16 +128,26 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     step, problems = policy.step or 0, policy.problems.test
     try:
         settings = eval_config(policy, num_samples)
-        results = {
-            "step": step,
-            "split": split,
-            "tools": evaluate(policy, problems, tools=True, cfg=settings),
-            "direct": evaluate(policy, problems, tools=False, cfg=settings),
-        }
+        results: dict[str, Any] = {"step": step, "split": split, "timing": {}}
+        for mode in ("tools", "direct"):
+            began, cpu = time.perf_counter(), time.process_time()
+            results[mode] = evaluate(policy, problems, tools=mode == "tools", cfg=settings)
+            results["timing"][mode] = _timing(results[mode], settings.num_samples,
+                                              time.perf_counter() - began,
+                                              time.process_time() - cpu)
     finally:
         policy.close()
     write_json(os.path.join(workdir, f"eval_{split}.json"), results)
     return results
+
+
+def _timing(result: Mapping[str, float], num_samples: int, wall_s: float,
+            cpu_s: float) -> dict[str, float]:
+    """Wall and CPU seconds of one evaluation and its response tokens (the policy's and the
+    tools' output blocks) per wall second."""
+    tokens = result["response_length"] * result["num_problems"] * num_samples
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "response_tokens": tokens,
+            "tokens_per_s": tokens / max(wall_s, 1e-9)}
 
 
 def evaluate_checkpoint_on_benchmarks(
@@ -194,8 +205,11 @@ def main(argv: list[str]) -> int:
         return 0
     for mode in ("tools", "direct"):
         r = results[mode]
+        t = results["timing"][mode]
         print(f"{mode}: accuracy {r['accuracy']:.3f}, code-use {r['code_use_rate']:.3f}, "
-              f"tool calls {r['tool_calls']:.2f}, length {r['response_length']:.1f}")
+              f"tool calls {r['tool_calls']:.2f}, length {r['response_length']:.1f}; "
+              f"{t['wall_s']:.0f} s wall, {t['cpu_s']:.0f} s CPU, "
+              f"{t['tokens_per_s']:.0f} response tokens/s")
     return 0
 
 

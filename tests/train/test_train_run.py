@@ -236,6 +236,10 @@ def test_evaluate_a_config_before_any_training(full_run, tmp_path):
     assert results["step"] == 0
     assert results["tools"] == summary["initial"]["tools"]
     assert results["direct"] == summary["initial"]["direct"]
+    timing = results["timing"]["tools"]
+    assert timing["wall_s"] > 0 and timing["cpu_s"] > 0
+    assert timing["response_tokens"] == pytest.approx(
+        results["tools"]["response_length"] * results["tools"]["num_problems"])
     assert os.path.exists(tmp_path / "before" / "eval_test.json")
     with pytest.raises(FileNotFoundError, match="with --config, the config's model is"):
         evaluate_checkpoint(None, str(tmp_path / "empty"))
