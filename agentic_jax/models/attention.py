@@ -9,6 +9,7 @@ its own segment (sequence packing). An explicit boolean `mask` [B, T, S] is ANDe
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import chex
 import jax
@@ -18,6 +19,19 @@ SegmentIds = jax.Array | tuple[jax.Array, jax.Array] | None
 
 # A large finite negative keeps fully masked rows (padding) finite instead of NaN.
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+class KVStore(Protocol):
+    """Where a layer's attention keeps and reads keys and values, when not from the current
+    chunk alone: a KV cache. The block computes q, k, v the same way whatever the store (as the
+    model files of MaxText and vLLM do); only the source of the keys and values differs.
+    """
+
+    def attend(self, q: jax.Array, k: jax.Array, v: jax.Array,
+               positions: jax.Array) -> tuple[jax.Array, KVStore]:
+        """Writes k, v [B, T, Hkv, D] at positions int32 [B, T], then attends q [B, T, Hq, D]
+        to every key stored at a position <= the query's -> (out [B, T, Hq, D], the store with
+        the new keys and values)."""
 
 
 def attention(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from agentic_jax.models.attention import attention
 from agentic_jax.models.config import DTYPES, ModelConfig
 
 
@@ -63,3 +66,23 @@ def write_layer(
     cache_k = cache_k.at[layer, rows, positions].set(k.astype(cache_k.dtype), mode="drop")
     cache_v = cache_v.at[layer, rows, positions].set(v.astype(cache_v.dtype), mode="drop")
     return cache_k, cache_v
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCache:
+    """One layer of a `KVCache` as the attention's `KVStore`: keys and values go to slots ==
+    positions and queries attend over the whole cache row by position."""
+
+    k: jax.Array
+    v: jax.Array
+    layer: jax.Array
+    impl: str
+
+    def attend(self, q: jax.Array, k: jax.Array, v: jax.Array,
+               positions: jax.Array) -> tuple[jax.Array, LayerCache]:
+        cache_k, cache_v = write_layer(self.k, self.v, self.layer, k, v, positions)
+        layer_k = jax.lax.dynamic_index_in_dim(cache_k, self.layer, keepdims=False)
+        layer_v = jax.lax.dynamic_index_in_dim(cache_v, self.layer, keepdims=False)
+        out = attention(q, layer_k.astype(q.dtype), layer_v.astype(q.dtype), impl=self.impl,
+                        q_positions=positions, kv_positions=jnp.arange(cache_k.shape[2]))
+        return out, dataclasses.replace(self, k=cache_k, v=cache_v)

@@ -13,8 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from agentic_jax.models import cache as kv_cache
-from agentic_jax.models.attention import attention
+from agentic_jax.models.attention import KVStore, attention
 from agentic_jax.models.config import ModelConfig
 from agentic_jax.models.lora import adapter_output, attach_adapters
 from agentic_jax.models.rope import apply_rope, rope_attention_factor, rope_inverse_frequencies
@@ -83,7 +82,7 @@ class RMSNorm(nnx.Module):
 
 class Attention(nnx.Module):
     """Grouped-query self-attention with optional q/k/v bias, per-head q/k RMSNorm (Qwen3),
-    LoRA adapters and a KV cache."""
+    LoRA adapters, over the current chunk or a `KVStore` (a KV cache)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -149,31 +148,22 @@ class Attention(nnx.Module):
         inv_freq: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        cache: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+        kv_store: KVStore | None = None,
         adapters: bool = True,
-    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-        """x [B, T, E], positions int32 [B, T] -> ([B, T, E], updated (cache_k, cache_v)).
+    ) -> tuple[jax.Array, KVStore | None]:
+        """x [B, T, E], positions int32 [B, T] -> ([B, T, E], the updated `kv_store`).
 
-        `cache` is (cache_k, cache_v, layer) with cache_k/v [L, B, S, Hkv, D]; the new keys and
-        values go to slots == positions and queries attend causally over the whole cache row.
-        `adapters=False` runs the base weights alone (LoRA models).
+        Without a store, queries attend causally (in token order, within equal `segment_ids`)
+        to the chunk's own keys and values; positions only drive RoPE. With one, the store
+        writes them and attends (`KVStore.attend`). `adapters=False` runs the base weights
+        alone (LoRA models).
         """
         q, k, v = self.qkv(x, positions, inv_freq, adapters)
-        if cache is None:
-            # Without a cache causality follows token order; positions only drive RoPE.
+        if kv_store is None:
             out = attention(q, k, v, impl=self.cfg.attention_impl, segment_ids=segment_ids)
-            new_cache = None
         else:
-            cache_k, cache_v, layer = cache
-            cache_k, cache_v = kv_cache.write_layer(cache_k, cache_v, layer, k, v, positions)
-            layer_k = jax.lax.dynamic_index_in_dim(cache_k, layer, keepdims=False)
-            layer_v = jax.lax.dynamic_index_in_dim(cache_v, layer, keepdims=False)
-            out = attention(
-                q, layer_k.astype(q.dtype), layer_v.astype(q.dtype), impl=self.cfg.attention_impl,
-                q_positions=positions, kv_positions=jnp.arange(cache_k.shape[2]),
-            )
-            new_cache = (cache_k, cache_v)
-        return self.project_out(out, adapters), new_cache
+            out, kv_store = kv_store.attend(q, k, v, positions)
+        return self.project_out(out, adapters), kv_store
 
 
 class MLP(nnx.Module):
@@ -217,13 +207,13 @@ class Block(nnx.Module):
         inv_freq: jax.Array,
         *,
         segment_ids: jax.Array | None = None,
-        cache: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+        kv_store: KVStore | None = None,
         adapters: bool = True,
-    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    ) -> tuple[jax.Array, KVStore | None]:
         """Same contract as `Attention.__call__`; x [B, T, E]."""
-        attn_out, new_cache = self.attn(
-            self.attn_norm(x), positions, inv_freq, segment_ids=segment_ids, cache=cache,
+        attn_out, kv_store = self.attn(
+            self.attn_norm(x), positions, inv_freq, segment_ids=segment_ids, kv_store=kv_store,
             adapters=adapters,
         )
         x = x + attn_out
-        return x + self.mlp(self.mlp_norm(x), adapters), new_cache
+        return x + self.mlp(self.mlp_norm(x), adapters), kv_store

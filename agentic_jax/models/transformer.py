@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from agentic_jax.models.cache import KVCache
+from agentic_jax.models.cache import KVCache, LayerCache
 from agentic_jax.models.config import ModelConfig
 from agentic_jax.models.layers import Block, RMSNorm, dense, logical_param
 from agentic_jax.models.rope import rope_inverse_frequencies
@@ -137,10 +137,10 @@ class Transformer(nnx.Module):
             x, kv = carry
             layer_state, layer = layer_inputs
             block = nnx.merge(graphdef, layer_state)
-            layer_cache = None if kv is None else (*kv, layer)
-            x, kv = block(x, positions, inv_freq, segment_ids=segment_ids, cache=layer_cache,
-                          adapters=adapters)
-            return (x, kv), None
+            store = None if kv is None else LayerCache(*kv, layer, self.cfg.attention_impl)
+            x, store = block(x, positions, inv_freq, segment_ids=segment_ids, kv_store=store,
+                             adapters=adapters)
+            return (x, None if store is None else (store.k, store.v)), None
 
         if self.cfg.remat != "none":
             body = jax.checkpoint(body, policy=_REMAT_POLICIES[self.cfg.remat])

@@ -34,7 +34,6 @@ from agentic_jax.kernels.paged_attention import (
 )
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.layers import dense
-from agentic_jax.models.lora import adapter_output
 from agentic_jax.models.partitioning import logical_to_mesh_spec
 from agentic_jax.models.rope import rope_inverse_frequencies
 from agentic_jax.rollout.sampling import sample_tokens, top_logprobs as top_k_logprobs
@@ -189,59 +188,76 @@ def resolve_decode_impl(impl: str) -> str:
     return impl
 
 
+@dataclasses.dataclass(frozen=True)
+class PagedLayer:
+    """One layer of the page pool as the attention's `KVStore` (`models.attention.KVStore`).
+
+    k, v: the pool of every layer [L, Hkv, P, page_size, D] (`as_bits`); layer: this one's
+    index. page / offset int32 [B, T]: where each token's K/V goes (page == P: nowhere).
+    Attention reads the block tables [B, W] for a chunk (T >= 1); for a decode step (T == 1)
+    the page ``pairs`` (XLA, cost by real length) or, with ``decode_impl``,
+    `paged_decode_attention`.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    layer: jax.Array | int
+    page: jax.Array
+    offset: jax.Array
+    block_tables: jax.Array
+    dtype: jnp.dtype
+    pairs: PagePairs | None = None
+    decode_impl: str | None = None
+
+    def attend(self, q: jax.Array, k: jax.Array, v: jax.Array,
+               positions: jax.Array) -> tuple[jax.Array, PagedLayer]:
+        k, v = as_bits(k.astype(self.dtype)), as_bits(v.astype(self.dtype))
+        pool_k = self.k.at[self.layer, :, self.page, self.offset].set(k, mode="drop")
+        pool_v = self.v.at[self.layer, :, self.page, self.offset].set(v, mode="drop")
+        if self.pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
+            out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, self.pairs,
+                                              positions[:, 0], layer=self.layer)[:, None]
+        else:
+            layer_k = jax.lax.dynamic_index_in_dim(pool_k, self.layer, keepdims=False)
+            layer_v = jax.lax.dynamic_index_in_dim(pool_v, self.layer, keepdims=False)
+            if self.decode_impl is None:
+                out = paged_attention_xla(q, layer_k, layer_v, self.block_tables, positions)
+            else:
+                out = paged_decode_attention(q[:, 0], layer_k, layer_v, self.block_tables,
+                                             positions[:, 0] + 1, impl=self.decode_impl)[:, None]
+        return out, dataclasses.replace(self, k=pool_k, v=pool_v)
+
+
 def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
                   decode_impl: str | None = None, pairs: PagePairs | None = None,
                   layers: tuple[tuple[jax.Array, ...], ...] | None = None):
     """tokens / positions int32 [B, T], valid bool [B, T] -> (hidden [B, T, E], kv).
 
-    The blocks' weights: ``layers`` (`EngineWeights.layers`, run unrolled) when given, else the
-    model's stacked blocks in a scan.
-
-    Valid tokens write their K/V at their positions; invalid ones write nothing. Attention: over
-    the block tables for a chunk (T >= 1); for a decode step (T == 1) over the page ``pairs``
-    (XLA, cost by real length) or with ``decode_impl`` through `paged_decode_attention`.
+    The model's own blocks over the pool (`PagedLayer`): valid tokens write their K/V at their
+    positions, invalid ones write nothing. The blocks' weights: ``layers``
+    (`EngineWeights.layers`, run unrolled) when given, else the model's stacked blocks in a
+    scan, unpacked from `as_bits` one layer at a time.
     """
     cfg = model.cfg
     page_size, num_pages = kv.page_size, kv.num_pages
     page = jnp.take_along_axis(block_tables, positions // page_size, axis=1)
     page = jnp.where(valid, page, num_pages)            # out of range: the write is dropped
-    offset = positions % page_size
     inv_freq = rope_inverse_frequencies(cfg)
     graphdef, block_state = nnx.split(model.blocks)
     leaves, treedef = jax.tree.flatten(block_state)
     if layers is not None and len(layers[0]) != len(leaves):
         raise ValueError(f"forward_paged: {len(layers[0])} weights a layer for "
                          f"{len(leaves)} block parameters")
+    offset = positions % page_size
 
     def body(carry, layer_inputs):
         x, pool_k, pool_v = carry
         layer_leaves, layer = layer_inputs
         block = nnx.merge(graphdef, jax.tree.unflatten(treedef, map(from_bits, layer_leaves)))
-        attn = block.attn
-        h = block.attn_norm(x)
-        # The block's own projections (bias, q/k norm, RoPE scaling, LoRA), attention over pages.
-        q = attn._rope(attn._project(h, "q", True), "q", positions, inv_freq)
-        k = attn._rope(attn._project(h, "k", True), "k", positions, inv_freq)
-        v = attn._project(h, "v", True)
-        k, v = as_bits(k.astype(cfg.compute_dtype)), as_bits(v.astype(cfg.compute_dtype))
-        pool_k = pool_k.at[layer, :, page, offset].set(k, mode="drop")
-        pool_v = pool_v.at[layer, :, page, offset].set(v, mode="drop")
-        if pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
-            out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, pairs, positions[:, 0],
-                                              layer=layer)[:, None]
-        else:
-            layer_k = jax.lax.dynamic_index_in_dim(pool_k, layer, keepdims=False)
-            layer_v = jax.lax.dynamic_index_in_dim(pool_v, layer, keepdims=False)
-            if decode_impl is None:
-                out = paged_attention_xla(q, layer_k, layer_v, block_tables, positions)
-            else:
-                out = paged_decode_attention(q[:, 0], layer_k, layer_v, block_tables,
-                                             positions[:, 0] + 1, impl=decode_impl)[:, None]
-        projected = dense(out, attn.o_kernel[...].astype(cfg.compute_dtype), in_dims=2)
-        x = x + adapter_output(attn, "o_proj", out.reshape(*out.shape[:2], -1), projected,
-                               cfg.lora_scale)
-        x = x + block.mlp(block.mlp_norm(x))
-        return (x, pool_k, pool_v), None
+        store = PagedLayer(pool_k, pool_v, layer, page, offset, block_tables, cfg.compute_dtype,
+                           pairs, decode_impl)
+        x, store = block(x, positions, inv_freq, kv_store=store)
+        return (x, store.k, store.v), None
 
     x = from_bits(as_bits(model.embed[...])[tokens]).astype(cfg.compute_dtype)
     if layers is None:
