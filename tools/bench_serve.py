@@ -9,7 +9,10 @@ runs to its token limit) on a loopback uvicorn server, or ``--workdir``'s policy
 solo latency of a short request (nothing else running); then, for each client count C, C
 clients each send ``--rounds`` requests back to back, every fourth of them long (the clients
 are staggered, so long ones run all the time). Prints, per C: short-request p50 / p99 latency,
-p99 over the solo latency, and completion tokens/s over all requests.
+p99 over the solo latency, and completion tokens/s over all requests. Then, with
+``--heavy=N``, fairness: one client (its own API key) keeps N long requests in flight while
+another sends ``--rounds`` short ones back to back; prints the light client's p50 / p99 beside
+the heavy one's, and how many requests of each were refused (429).
 
 ``--baseline=DIR`` runs this same script on another checkout of the package (e.g. a worktree
 of an earlier commit) in a subprocess first, so the two servers are measured in one run on
@@ -69,6 +72,50 @@ def _send(client, url: str, i: int, max_tokens: int) -> tuple[float, int]:
     return time.perf_counter() - start, r.json()["usage"]["completion_tokens"]
 
 
+def _keyed(http, url: str, key: str, i: int, max_tokens: int) -> tuple[float, int]:
+    """(seconds, HTTP status) of one request as the client with API key ``key``."""
+    body = {"messages": [{"role": "user", "content": f"What is {i} + {i + 7}?"}],
+            "max_tokens": max_tokens, "temperature": 0}
+    start = time.perf_counter()
+    r = http.post(f"{url}/v1/chat/completions", json=body, timeout=1800,
+                  headers={"Authorization": f"Bearer {key}"})
+    return time.perf_counter() - start, r.status_code
+
+
+def _burst(url: str, heavy: int, rounds: int, long_tokens: int, short_tokens: int) -> dict:
+    """The heavy client keeps ``heavy`` long requests in flight (each thread sends the next as
+    soon as one is answered or refused) while the light client sends ``rounds`` short ones,
+    one after another."""
+    import httpx
+
+    done = threading.Event()
+
+    def flood(t: int) -> list[tuple[float, int]]:
+        out = []
+        while not done.is_set():
+            out.append(_keyed(http, url, "heavy", t, long_tokens))
+            if out[-1][1] == 429:
+                time.sleep(0.01)  # refused at once: a client's retry, not a spin
+        return out
+
+    with httpx.Client(limits=httpx.Limits(max_connections=heavy + 1)) as http, \
+            cf.ThreadPoolExecutor(heavy) as pool:
+        flooding = [pool.submit(flood, t) for t in range(heavy)]
+        time.sleep(0.5)
+        light = [_keyed(http, url, "light", 1000 + i, short_tokens) for i in range(rounds)]
+        done.set()
+        heavy_out = [x for f in flooding for x in f.result()]
+
+    def figures(name: str, out: list[tuple[float, int]]) -> dict:
+        done = np.asarray([s for s, code in out if code == 200] or [np.nan])
+        return {f"{name}_p50_s": float(np.percentile(done, 50)),
+                f"{name}_p99_s": float(np.percentile(done, 99)),
+                f"{name}_refused": sum(code == 429 for _, code in out),
+                f"{name}_requests": len(out)}
+
+    return {**figures("light", light), **figures("heavy", heavy_out), "heavy_in_flight": heavy}
+
+
 def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: int) -> dict:
     """C clients, each ``rounds`` requests back to back; request r of client c is long when
     (r + c) % 4 == 0."""
@@ -118,6 +165,10 @@ def measure(args) -> dict:
                 _mixed(url, c, 4, args.long_tokens, args.short_tokens)
             out["clients"][c] = _mixed(url, c, args.rounds, args.long_tokens,
                                        args.short_tokens)
+        if args.heavy:  # once small first: the light client's prompts compile a shape
+            _burst(url, 2, 2, args.long_tokens, args.short_tokens)
+            out["burst"] = _burst(url, args.heavy, args.rounds, args.long_tokens,
+                                  args.short_tokens)
     finally:
         server.should_exit = True
         service.close()
@@ -134,6 +185,15 @@ def _report(name: str, r: dict) -> None:
               f"solo; {m['tokens_per_s']:7.1f} completion tokens/s "
               f"({m['short_requests']} short, {m['long_requests']} long, "
               f"{m['seconds']:.0f} s)")
+    if "burst" in r:
+        b = r["burst"]
+        print(f"  one client keeping {b['heavy_in_flight']} long requests in flight "
+              f"({b['heavy_requests']} sent): the other "
+              f"client's short p50 {b['light_p50_s'] * 1e3:.0f} ms, p99 "
+              f"{b['light_p99_s'] * 1e3:.0f} ms ({b['light_refused']} of "
+              f"{b['light_requests']} refused); the heavy client's p50 "
+              f"{b['heavy_p50_s'] * 1e3:.0f} ms, p99 {b['heavy_p99_s'] * 1e3:.0f} ms "
+              f"({b['heavy_refused']} refused)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long_tokens", type=int, default=64)
     parser.add_argument("--short_tokens", type=int, default=4)
     parser.add_argument("--solo", type=int, default=8, help="solo short requests timed")
+    parser.add_argument("--heavy", type=int, default=0,
+                        help="long requests one client keeps in flight while another sends short "
+                        "ones (0: no such phase)")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--baseline", default=None,
                         help="another checkout of the package, measured first in a subprocess")
