@@ -1,5 +1,6 @@
 """`python -m agentic_jax.serve --workdir=RUN` on a tiny trained run, as a user starts it."""
 
+import concurrent.futures as cf
 import os
 import socket
 import subprocess
@@ -45,8 +46,19 @@ def test_the_command_serves_a_trained_run(tmp_path):
         reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
             "messages": [{"role": "user", "content": "What is 6 * 7?"}], "max_tokens": 8})
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] > 0
+        # SIGTERM while a request runs: it is answered, then the server exits on its own.
+        with cf.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(httpx.post, f"{url}/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": "What is 6 * 7?"}], "max_tokens": 64})
+            time.sleep(0.3)
+            proc.terminate()
+            signalled = time.monotonic()
+            assert running.result().status_code == 200
+        assert proc.wait(timeout=60) == 0
+        assert time.monotonic() - signalled < 35  # --drain_s (30) at most, plus the exit
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(timeout=30)
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 
@@ -18,6 +20,7 @@ def _train(workdir: Path) -> list[str]:
             f"--workdir={workdir}", "--progress=false", "--config.training.total_steps=40"]
 
 
+@pytest.mark.slow  # the command twice (about 3 minutes on 2 cores); test_train_run has both
 def test_a_second_run_is_refused_and_sigterm_saves_and_exits(tmp_path):
     workdir = tmp_path / "run"
     first = subprocess.Popen(_train(workdir), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
