@@ -32,6 +32,7 @@ _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 _GPU_BLOCK_H = 16          # the GPU kernel's query-head block (a multiple of 16)
 _PAGES_PER_BLOCK = 8   # pages loaded per inner step of either kernel
 _GPU_MAX_SPLITS = 16       # split-K partitions over a row's pages
+_ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")
 
 
 def as_bits(x: jax.Array) -> jax.Array:
@@ -154,6 +155,21 @@ def ragged_decode_attention_xla(
     return out.reshape(batch, num_heads, dim).astype(q.dtype)
 
 
+def pallas_decode_fits(head_dim: int, page_size: int, backend: str) -> bool:
+    """Whether the compiled decode kernel of ``backend`` lowers for these shapes. Triton
+    (GPU) needs every array in the kernel a power of two in size: the head dim and the page
+    size (`_gpu_decode` pads the table width). Mosaic's paged kernel (TPU) gives its row
+    statistics the queries' block shape, legal only for a head dim that is a multiple of 128
+    (64, as in SmolLM2 or Qwen2.5-0.5B, is refused when lowering)."""
+    if backend == "tpu":
+        return head_dim % 128 == 0
+    return _power_of_two(head_dim) and _power_of_two(page_size)
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 def paged_decode_attention(
     q: jax.Array,
     k_pages: jax.Array,
@@ -168,7 +184,8 @@ def paged_decode_attention(
     """One query per row: q [B, Hq, D] over the first lengths[b] positions -> [B, Hq, D].
 
     impl: "xla" | "pallas" | "auto" (pallas on GPU/TPU, xla elsewhere). interpret=None runs the
-    Pallas kernel compiled on an accelerator and interpreted on CPU.
+    Pallas kernel compiled on an accelerator and interpreted on CPU. A compiled kernel serves
+    only the shapes it takes (`pallas_decode_fits`); other shapes take the XLA path.
     """
     chex.assert_rank(q, 3)
     chex.assert_shape(lengths, (q.shape[0],))
@@ -176,7 +193,11 @@ def paged_decode_attention(
         raise ValueError(f"paged attention impl must be xla/pallas/auto, got {impl!r}")
     backend = jax.default_backend()
     if impl == "auto":
-        impl = "pallas" if backend in ("gpu", "cuda", "rocm", "tpu") else "xla"
+        impl = "pallas" if backend in _ACCELERATORS else "xla"
+    compiled = backend in _ACCELERATORS and not interpret
+    if impl == "pallas" and compiled and not pallas_decode_fits(q.shape[-1], k_pages.shape[2],
+                                                                backend):
+        impl = "xla"
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     lengths = lengths.astype(jnp.int32)
     if impl == "xla":
@@ -197,7 +218,8 @@ def _gpu_decode(q, k_pages, v_pages, block_tables, lengths, *, interpret: bool) 
     from jax.experimental.pallas.ops.gpu import paged_attention as gpu_kernel
 
     width = block_tables.shape[1]
-    per_block = min(_PAGES_PER_BLOCK, width)
+    # A power of two: Triton refuses other block sizes (a table 6 pages wide, 6-page blocks).
+    per_block = min(_PAGES_PER_BLOCK, 1 << (width - 1).bit_length())
     splits = max(1, min(_GPU_MAX_SPLITS, width // per_block))
     # The kernel needs the table width to divide into splits x whole compute blocks; the padding
     # pages lie past every row's length and are masked out.
