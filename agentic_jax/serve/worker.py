@@ -7,7 +7,8 @@ queued jobs into the running loop between engine steps — a request that arrive
 decode starts at the next step, and a short one finishes while a long one runs — up to
 ``max_batch_rows`` episodes at once (more wait in a bounded queue: `QueueFull`). The queue is
 shared fairly between clients (`agentic_jax.serve.fair_queue`: one line per API key or address,
-served in turn, each client a share of the places). When the loop is idle, the first job waits ``batch_wait_ms`` for others so that they prefill together.
+served in turn, each client a share of the places). When the loop is idle, the first job
+waits ``batch_wait_ms`` for others so that they prefill together.
 `Ticket.cancel()` (a client that went away, a request past its timeout) aborts the job's
 episodes: their pages are freed at the next step and their queued tool calls dropped.
 
