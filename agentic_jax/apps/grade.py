@@ -210,8 +210,11 @@ def first_problem(rows: Sequence[HomeworkRow]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m agentic_jax.apps.grade",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m agentic_jax.apps.grade", description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 every row graded; 3 some rows not (verdict \"error\" in the "
+        "output, each named on stderr); 2 nothing graded (no readable row, or an unreadable "
+        "input, output or run)")
     parser.add_argument("--input", required=True, help="homework rows: FILE.csv or FILE.jsonl")
     parser.add_argument("--out", required=True, help="graded rows: FILE.csv")
     parser.add_argument("--workdir", default=None, help="a run whose policy writes the hints")
