@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from agentic_jax.kernels import _gpu, _tpu
 from agentic_jax.kernels._blocks import AttentionSpec
@@ -48,6 +49,34 @@ def flash_attention(
     """
     _check_inputs(q, k, v)
     q_ids, kv_ids = _segment_pair(segment_ids, q, k)
+    local = functools.partial(_flash_attention, causal=causal, sm_scale=sm_scale,
+                              interpret=interpret, block_q=block_q, block_kv=block_kv)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1 or mesh.manual_axes:
+        return local(q, k, v, q_ids, kv_ids)
+    return _per_shard(local, mesh, q, k, v, q_ids, kv_ids)
+
+
+def _per_shard(attend, mesh, q, k, v, q_ids, kv_ids) -> jax.Array:
+    """``attend`` on each device's shard under the context mesh (the train step's): Mosaic
+    refuses to be partitioned automatically, and XLA would run a Triton kernel on every device
+    over the whole gathered batch. Rows split over the "batch" mesh axes and heads over the
+    "kv_heads" ones where they divide (`logical_to_mesh_spec`); other axes keep them whole."""
+    from agentic_jax.models.partitioning import logical_to_mesh_spec  # lazy: models import kernels
+
+    heads = logical_to_mesh_spec(("batch", "length", "kv_heads", "head_dim"), shape=k.shape,
+                                 mesh=mesh)
+    ids = () if q_ids is None else (q_ids, kv_ids)
+
+    def run(q, k, v, *ids):
+        return attend(q, k, v, *(ids or (None, None)))
+
+    return jax.shard_map(run, mesh=mesh, in_specs=(heads,) * 3 + (P(heads[0], None),) * len(ids),
+                         out_specs=heads)(q, k, v, *ids)
+
+
+def _flash_attention(q, k, v, q_ids, kv_ids, *, causal, sm_scale, interpret, block_q, block_kv):
+    """`flash_attention` on one device's arrays (segment ids already paired)."""
     backend, interpret = _backend(interpret)
     batch, q_len, num_heads, head_dim = q.shape
     kv_len, num_kv_heads = k.shape[1], k.shape[2]

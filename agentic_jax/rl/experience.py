@@ -77,12 +77,13 @@ def make_experience(
         return jnp.asarray(x) if batch_sharding is None else put_rows(x, batch_sharding)
 
     tokens, positions = put(rows.tokens), put(rows.positions)
+    mesh = getattr(batch_sharding, "mesh", None)
     old_logprobs, values, _ = compute_logprobs(graphdef, state, tokens, positions,
-                                               compute_dtype=cfg.compute_dtype)
+                                               compute_dtype=cfg.compute_dtype, mesh=mesh)
     ref_logprobs = None
     if ref_state is not None and cfg.kl_coef > 0:
         ref_logprobs, _, _ = compute_logprobs(graphdef, ref_state, tokens, positions,
-                                              compute_dtype=cfg.compute_dtype)
+                                              compute_dtype=cfg.compute_dtype, mesh=mesh)
     mask = put(loss_mask)
     token_rewards = None
     if ref_logprobs is not None and cfg.kl_in_reward:

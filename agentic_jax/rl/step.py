@@ -10,6 +10,7 @@ axes and replicated over "tensor"; metrics are replicated scalars.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -138,8 +139,18 @@ def _next_token_logprobs(model: nnx.Module, hidden: Array, tokens: Array,
     return whole(logprobs), whole(entropy)
 
 
+def context_mesh(mesh: Mesh | None):
+    """``mesh`` as the context mesh while a forward pass is traced (None: no context). The
+    Pallas attention kernels read it to run on each device's shard (`flash_attention`): a TPU
+    refuses to lower them in a program over several devices otherwise."""
+    if mesh is None:
+        return contextlib.nullcontext()
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
+
+
 @functools.partial(
-    jax.jit, static_argnames=("graphdef", "temperature", "compute_dtype", "micro_batches")
+    jax.jit,
+    static_argnames=("graphdef", "temperature", "compute_dtype", "micro_batches", "mesh"),
 )
 def compute_logprobs(
     graphdef: nnx.GraphDef,
@@ -151,16 +162,19 @@ def compute_logprobs(
     temperature: float = 1.0,
     compute_dtype: str | None = None,
     micro_batches: int = 1,
+    mesh: Mesh | None = None,
 ) -> tuple[Array, Array | None, Array]:
     """Token log-probs, values and entropies of `tokens` [B, T] under the model, exactly as the
     train step computes them (old / reference log-probs); `compute_dtype` as in make_train_step.
-    Rows are processed `micro_batches` at a time to bound the [B, T, V] logits' memory."""
+    Rows are processed `micro_batches` at a time to bound the [B, T, V] logits' memory.
+    mesh: the mesh the arrays are sharded over, if any (`context_mesh`)."""
     model = nnx.merge(graphdef, _cast_floats(state, compute_dtype))
     inputs = (tokens, positions, segment_ids)
-    if micro_batches == 1:
-        return policy_outputs(model, *inputs, temperature)
-    chunks = jax.tree.map(lambda x: _split_rows(x, micro_batches), inputs)
-    outs = jax.lax.map(lambda c: policy_outputs(model, *c, temperature), chunks)
+    with context_mesh(mesh):
+        if micro_batches == 1:
+            return policy_outputs(model, *inputs, temperature)
+        chunks = jax.tree.map(lambda x: _split_rows(x, micro_batches), inputs)
+        outs = jax.lax.map(lambda c: policy_outputs(model, *c, temperature), chunks)
     return jax.tree.map(lambda x: _merge_rows(x), outs)
 
 
@@ -317,7 +331,8 @@ def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array
     params, rest = params_and_rest(state)
     loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
     loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
-    loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
+    with context_mesh(mesh):
+        loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     if opt_on_device is not None:  # offloaded: host -> device for the update, and back
