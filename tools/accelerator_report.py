@@ -70,6 +70,7 @@ def paged_decode(args: argparse.Namespace) -> list[dict]:
     slots, context, steps, ps = (4, 24, 2, 8) if args.dry_run else (64, 1024, 32, 16)
     model = nnx.jit(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))()
     graphdef, params = nnx.split(model)
+    engine_weights = pm.engine_weights(params, cfg)
     per_seq = -(-(context + steps) // ps)
     kv = pm.init_paged_kv(cfg, slots * per_seq, ps)
     tables = np.arange(slots * per_seq, dtype=np.int32).reshape(slots, per_seq)
@@ -81,9 +82,10 @@ def paged_decode(args: argparse.Namespace) -> list[dict]:
         st = SlotState(np.ones(slots, np.int32), np.full(slots, context, np.int32),
                        np.full(slots, steps, np.int32), np.ones(slots, bool),
                        np.zeros((slots, 2), np.uint32), np.full((slots, 1), -1, np.int32))
-        out = pm.decode_jit(graphdef, params, state["kv"], st, tables, pairs, jnp.float32(0.0),
-                            jnp.float32(1.0), jnp.int32(slots + 1), num_steps=steps, top_k=0,
-                            use_filter=False, attention_impl="pallas")
+        out = pm.decode_jit(graphdef, engine_weights, state["kv"], st, tables, pairs,
+                            np.zeros(slots, np.float32), np.ones(slots, np.float32),
+                            jnp.int32(slots + 1), num_steps=steps, top_k=0, use_filter=False,
+                            attention_impl="pallas")
         state["kv"] = out.kv
         return out.tokens
 
