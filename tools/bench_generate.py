@@ -7,7 +7,7 @@ timed as the median of repeats in the same run. PyTorch runs on CPU with `--torc
 
     python tools/bench_generate.py                          # ours vs HF on CPU, prints the ratio
     python tools/bench_generate.py --workload=longtail      # RL-like rollouts: engine vs HF
-                                                            # generate / generate_batch / static
+                                                            # generate / generate_batch
     python tools/bench_generate.py --model=smollm2-135m     # a real model's chat prompts
     python tools/bench_generate.py --tool_loop              # tool loop's accelerator idle fraction
     python tools/bench_generate.py --gpu_preset qwen2.5-1.5b   # decode tok/s + bandwidth roofline
@@ -35,8 +35,7 @@ from flax import nnx
 
 from agentic_jax.models import Transformer, from_pretrained, get_preset
 from agentic_jax.rollout import RowSpec, SamplingParams, generate
-from agentic_jax.rollout.sampler import Sampler
-from agentic_jax.rollout.engine import Engine, EngineConfig
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -146,17 +145,6 @@ def hf_generate(model, prompts: np.ndarray, new_tokens: int, sample: bool) -> np
     return out[:, prompts.shape[1]:].numpy()
 
 
-def static_generate(model, prompts: list[list[int]], new_tokens: int,
-                    temperature: float) -> list[list[int]]:
-    """The static sampler: one prefill, every row decodes `new_tokens` in one dispatch."""
-    sampler = Sampler(model, max_len=max(map(len, prompts)) + new_tokens)
-    n = len(prompts)
-    out = sampler.decode(sampler.prefill(prompts), jax.random.split(jax.random.key(0), n),
-                         active=np.ones(n, bool), budget=np.full(n, new_tokens), stop_ids=[],
-                         params=SamplingParams(temperature), num_steps=new_tokens)
-    return jax.device_get(out[1]).tolist()
-
-
 def bench_vs_transformers(args: argparse.Namespace) -> None:
     import torch
 
@@ -173,18 +161,14 @@ def bench_vs_transformers(args: argparse.Namespace) -> None:
           f"{args.repeats}")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.device_count()} devices); "
           f"torch {torch.__version__} with {torch.get_num_threads()} threads")
-    print(f"{'mode':<8} {'engine tok/s':>12} {'static tok/s':>12} {'HF tok/s':>12} "
-          f"{'engine/HF':>9} {'static/HF':>9}")
+    print(f"{'mode':<8} {'engine tok/s':>12} {'HF tok/s':>12} {'engine/HF':>9}")
     for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         run_ours = functools.partial(generate, ours, prompt_lists,
                                      max_new_tokens=args.new_tokens, temperature=temperature)
-        run_static = functools.partial(static_generate, ours, prompt_lists, args.new_tokens,
-                                       temperature)
         run_hf = functools.partial(hf_generate, hf, prompts, args.new_tokens,
                                    sample=temperature > 0)
-        ours_s, static_s, hf_s = median_seconds([run_ours, run_static, run_hf], args.repeats)
-        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / static_s:>12.0f} "
-              f"{tokens / hf_s:>12.0f} {hf_s / ours_s:>8.2f}x {hf_s / static_s:>8.2f}x")
+        ours_s, hf_s = median_seconds([run_ours, run_hf], args.repeats)
+        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / hf_s:>12.0f} {hf_s / ours_s:>8.2f}x")
         if mode == "greedy":
             agree = np.mean(np.asarray(run_ours()) == run_hf())
             print(f"         greedy tokens equal to HF's: {agree:.1%}")
@@ -214,20 +198,24 @@ def bench_accelerator(args: argparse.Namespace) -> None:
     cfg = get_preset(args.gpu_preset, dtype=dtype, param_dtype=dtype)
     # Created inside jit so the random weights are drawn on the device, not on the host.
     model = nnx.jit(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))()
-    max_len = args.prompt_len + args.new_tokens
-    sampler = Sampler(model, max_len=max_len)
+    # Every row in a slot of its own, all decode steps in one round trip.
+    engine = Engine(model, EngineConfig(
+        num_slots=args.batch, max_seq_len=args.prompt_len + args.new_tokens,
+        decode_steps=args.new_tokens, prefill_rows=args.batch,
+        sampling=SamplingParams(temperature=0.0)))
     prompts = np.random.default_rng(0).integers(0, cfg.vocab_size,
                                                 (args.batch, args.prompt_len)).tolist()
     keys = jax.random.split(jax.random.key(0), args.batch)
+    runs = iter(range(1_000_000))
 
     def decode_seconds() -> float:
-        state = jax.block_until_ready(sampler.prefill(prompts))
-        start = time.perf_counter()
-        jax.block_until_ready(sampler.decode(
-            state, keys, active=np.ones(args.batch, bool),
-            budget=np.full(args.batch, args.new_tokens), stop_ids=[],
-            params=SamplingParams(temperature=0.0), num_steps=args.new_tokens))
-        return time.perf_counter() - start
+        """The engine's decode seconds for the batch (its prefill not counted)."""
+        engine.reset_stats()
+        run = next(runs)
+        for i, prompt in enumerate(prompts):
+            engine.submit(Request((run, i), tuple(prompt), args.new_tokens, keys[i]))
+        engine.run()
+        return engine.stats.decode_s
 
     decode_seconds()
     seconds = statistics.median(decode_seconds() for _ in range(args.repeats))

@@ -3,8 +3,8 @@
 Ragged prompts, temperature 1, several stop ids in a small vocabulary so that lengths are
 geometric with a long tail, a cap on new tokens: what an RL rollout looks like. One run times,
 on the same weights, HF `generate` (static batch, left padding), HF `generate_batch`
-(transformers' continuous batching with paged attention), this project's static sampler and the
-rollout engine (through `generate`), interleaved in rounds so machine load falls on all alike.
+(transformers' continuous batching with paged attention) and this project's rollout engine
+(through `generate`), interleaved in rounds so machine load falls on all alike.
 tok/s counts the tokens each produced (up to and including the first stop id).
 """
 
@@ -18,8 +18,7 @@ import time
 import jax
 import numpy as np
 
-from agentic_jax.rollout import SamplingParams, generate
-from agentic_jax.rollout.sampler import Sampler
+from agentic_jax.rollout import generate
 from agentic_jax.rollout.engine import EngineConfig, page_bytes
 
 
@@ -73,16 +72,6 @@ def hf_continuous(hf, prompts, stops, cap: int) -> int:
     return sum(len(r.generated_tokens) for r in results.values())
 
 
-def static_sampler(model, prompts, stops, cap: int) -> int:
-    """This project's static batch: one prefill, every row decodes until the longest is done."""
-    sampler = Sampler(model, max_len=max(map(len, prompts)) + cap)
-    n = len(prompts)
-    out = sampler.decode(sampler.prefill(prompts), jax.random.split(jax.random.key(0), n),
-                         active=np.ones(n, bool), budget=np.full(n, cap), stop_ids=stops,
-                         params=SamplingParams(1.0), num_steps=cap)
-    return int(jax.device_get(out[4]).sum())
-
-
 def engine(model, prompts, stops, cap: int, cfg: EngineConfig) -> int:
     return sum(map(len, generate(model, prompts, max_new_tokens=cap, temperature=1.0,
                                  stop_tokens=stops, engine_config=cfg)))
@@ -130,7 +119,6 @@ def run(args: argparse.Namespace, hf, model, median_seconds) -> None:
     fns = {
         "HF generate (static)": functools.partial(hf_static, hf, prompts, stops, cap),
         "HF generate_batch (CB)": functools.partial(hf_continuous, hf, prompts, stops, cap),
-        "ours: static sampler": functools.partial(static_sampler, model, prompts, stops, cap),
     }
     for n, cfg in cfgs.items():
         fns[f"ours: engine {n} slots"] = functools.partial(engine, model, prompts, stops, cap, cfg)

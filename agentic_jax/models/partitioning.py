@@ -26,7 +26,6 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, MeshAxes], ...] = (
     ("head_dim", None),
     ("mlp", "tensor"),
     ("layers", None),
-    ("cache_length", None),
 )
 
 

@@ -1,4 +1,4 @@
-"""Sharding: device mesh, logical-axis rules, parameter/batch/cache shardings, multi-host start."""
+"""Sharding: device mesh, logical-axis rules, parameter/batch shardings, multi-host start."""
 
 from agentic_jax.parallel.distributed import (
     RuntimeInfo,
@@ -20,11 +20,9 @@ from agentic_jax.parallel.placement import Placement, split_devices
 from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, logical_to_mesh_spec
 from agentic_jax.parallel.sharding import (
     batch_sharding,
-    cache_shardings,
     create_sharded_model,
     param_shardings,
     shard_batch,
-    shard_cache,
     variable_sharding,
 )
 
@@ -34,7 +32,6 @@ __all__ = [
     "Placement",
     "RuntimeInfo",
     "batch_sharding",
-    "cache_shardings",
     "create_sharded_model",
     "agree",
     "describe_devices",
@@ -53,7 +50,6 @@ __all__ = [
     "process_slice",
     "put_rows",
     "shard_batch",
-    "shard_cache",
     "split_devices",
     "variable_sharding",
 ]

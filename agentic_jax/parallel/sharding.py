@@ -10,13 +10,12 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from agentic_jax.models import KVCache, ModelConfig, Transformer
+from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.models.partitioning import variable_sharding
 from agentic_jax.parallel.distributed import global_batch_from_local
 from agentic_jax.parallel.rules import LOGICAL_AXIS_RULES, Rules, logical_to_mesh_spec
 
 BATCH_AXES = ("data", "fsdp")
-_CACHE_AXES = ("layers", "batch", "cache_length", "kv_heads", "head_dim")
 
 
 def _is_variable(x: Any) -> bool:
@@ -78,18 +77,3 @@ def shard_batch(array_tree: Any, mesh: Mesh) -> Any:
 
     return jax.tree.map(put, array_tree)
 
-
-def cache_shardings(cache: KVCache, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> KVCache:
-    """KVCache of NamedShardings: batch over ("data", "fsdp"), kv heads over "tensor"."""
-    kv = NamedSharding(
-        mesh, logical_to_mesh_spec(_CACHE_AXES, rules, shape=cache.k.shape, mesh=mesh)
-    )
-    lengths = NamedSharding(
-        mesh, logical_to_mesh_spec(("batch",), rules, shape=cache.lengths.shape, mesh=mesh)
-    )
-    return KVCache(k=kv, v=kv, lengths=lengths)
-
-
-def shard_cache(cache: KVCache, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> KVCache:
-    """Places a KV cache with `cache_shardings`."""
-    return jax.device_put(cache, cache_shardings(cache, mesh, rules))

@@ -1,6 +1,5 @@
 """Rollouts: the engine, the open rollout loop over it and its tools, the batch client used by
-training and evaluation, and the episode record. (`rollout.sampler.Sampler`, a static batch,
-is the engine's reference in tests and benchmarks, not part of this API.)"""
+training and evaluation, and the episode record."""
 
 from agentic_jax.rollout.agent import AgentConfig, AgentLoop, RolloutResult, RowSpec
 from agentic_jax.rollout.controller import ToolController, ToolDecision

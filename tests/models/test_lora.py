@@ -21,7 +21,6 @@ from agentic_jax.models import (
     ModelConfig,
     Transformer,
     from_pretrained,
-    init_cache,
     merge_adapters,
     save_pretrained,
     trainable_filter,
@@ -70,15 +69,12 @@ def test_merged_weights_equal_the_adapter_forward():
     np.testing.assert_allclose(merged.forward(TOKENS).values, out.values, atol=2e-5, rtol=0)
 
 
-def test_disabled_adapters_run_the_base_weights_with_a_cache_too():
+def test_disabled_adapters_run_the_base_weights():
     lora = _trained_adapters()
     base = Transformer(dataclasses.replace(CFG, lora_rank=0), rngs=nnx.Rngs(0))
     nnx.update(base, nnx.state(lora, BASE))
     np.testing.assert_array_equal(lora.forward(TOKENS, adapters=False).logits,
                                   base.forward(TOKENS).logits)
-    cache = init_cache(CFG, 2, 16)
-    with_cache = lora.forward(TOKENS, cache=cache).logits
-    np.testing.assert_allclose(with_cache, lora.forward(TOKENS).logits, atol=1e-5)
 
 
 def test_gradients_reach_only_the_adapters_and_value_head():

@@ -27,7 +27,7 @@ def test_call_returns_float32_logits(model):
     logits = model(_tokens((2, 7)))
     assert logits.shape == (2, 7, CFG.vocab_size) and logits.dtype == jnp.float32
     out = model.forward(_tokens((2, 7)))
-    assert out.values is None and out.cache is None
+    assert out.values is None
 
 
 def test_layers_are_initialised_independently(model):

@@ -7,13 +7,12 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from agentic_jax.models import ModelConfig, Transformer, init_cache
+from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.parallel import (
     create_sharded_model,
     make_mesh,
     param_shardings,
     shard_batch,
-    shard_cache,
 )
 
 CFG = ModelConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
@@ -61,27 +60,6 @@ def test_sharded_forward_equals_unsharded(models, mesh):
     out = forward(sharded, shard_batch(tokens, mesh))
     np.testing.assert_allclose(out.logits, expected.logits, atol=1e-5)
     np.testing.assert_allclose(out.values, expected.values, atol=1e-5)
-
-
-def test_sharded_prefill_and_decode_equal_unsharded(models, mesh):
-    plain, sharded = models
-    tokens = jax.random.randint(jax.random.key(1), (4, 5), 0, CFG.vocab_size, dtype=jnp.int32)
-    chunk_lens = jnp.array([5, 3, 1, 4], jnp.int32)
-
-    @nnx.jit
-    def prefill_then_decode(model, tokens, cache):
-        first = model.forward(tokens, cache=cache, chunk_lens=chunk_lens)
-        second = model.forward(tokens[:, :1], cache=first.cache)
-        return first.logits, second.logits, second.cache
-
-    cache = init_cache(CFG, 4, 8)
-    expected = prefill_then_decode(plain, tokens, cache)
-    sharded_cache = shard_cache(cache, mesh)
-    assert sharded_cache.k.sharding.spec == P(None, ("data", "fsdp"), None, "tensor", None)
-    got = prefill_then_decode(sharded, shard_batch(tokens, mesh), sharded_cache)
-    for g, e in zip(got[:2], expected[:2]):
-        np.testing.assert_allclose(g, e, atol=1e-5)
-    np.testing.assert_array_equal(got[2].lengths, [6, 4, 2, 5])
 
 
 def test_shard_batch_splits_the_leading_axis(mesh):

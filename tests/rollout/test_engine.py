@@ -4,14 +4,15 @@ a paused sequence resumed with appended tokens continues as if they had been in 
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
-from agentic_jax.rollout import generate
+from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
-from agentic_jax.rollout.sampler import Sampler, SamplingParams
+from agentic_jax.rollout.sampling import sample_tokens
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
@@ -48,19 +49,21 @@ def baseline(model):
     return events
 
 
-def test_sampled_tokens_equal_the_static_sampler(model, baseline):
-    sampler = Sampler(model, max_len=96)
-    state = sampler.prefill(PROMPTS)
-    n = len(PROMPTS)
-    _, toks, lps, vals, count, _ = sampler.decode(
-        state, jax.random.split(jax.random.key(7), n), active=np.ones(n, bool),
-        budget=np.full(n, NEW), stop_ids=list(STOPS), params=SamplingParams(1.0), num_steps=NEW)
-    toks, lps, vals, count = jax.device_get((toks, lps, vals, count))
-    assert len({int(c) for c in count}) > 2, "the workload should have ragged lengths"
-    for i in range(n):
-        assert baseline[i].tokens == toks[i, :count[i]].tolist()
-        np.testing.assert_allclose(baseline[i].logprobs, lps[i, :count[i]], atol=1e-4)
-        np.testing.assert_allclose(baseline[i].values, vals[i, :count[i]], atol=1e-4)
+def test_sampled_tokens_are_the_cache_free_forwards_draws(model, baseline):
+    """The token at position p is `sample_tokens` of the cache-free forward's logits at p - 1
+    with the request's key folded with p; log-probs and values are the forward's too."""
+    keys = jax.random.split(jax.random.key(7), len(PROMPTS))
+    assert len({len(e.tokens) for e in baseline.values()}) > 2, "lengths should be ragged"
+    for i, prompt in enumerate(PROMPTS):
+        tokens = baseline[i].tokens
+        out = model.forward(jnp.asarray([prompt + tokens]))
+        positions = jnp.arange(len(prompt), len(prompt) + len(tokens))
+        logits = out.logits[0, positions - 1]
+        draws, logprobs = sample_tokens(
+            logits, jax.vmap(jax.random.fold_in, (None, 0))(keys[i], positions), temperature=1.0)
+        assert tokens == np.asarray(draws).tolist()
+        np.testing.assert_allclose(baseline[i].logprobs, logprobs, atol=1e-4)
+        np.testing.assert_allclose(baseline[i].values, out.values[0, positions - 1], atol=1e-4)
 
 
 @pytest.mark.parametrize("cfg,order", [
@@ -89,19 +92,6 @@ def test_prefix_sharing_equals_separate_prompts(model, baseline):
     unshared, _ = _run(model, EngineConfig(num_slots=1, page_size=8))   # one sequence at a time
     for i in baseline:
         assert events[i].tokens == unshared[i].tokens == baseline[i].tokens
-
-
-@pytest.mark.slow
-def test_greedy_generate_equals_static_sampler(model):
-    out = generate(model, PROMPTS, max_new_tokens=NEW, temperature=0.0,
-                   engine_config=EngineConfig(num_slots=3, page_size=4))
-    sampler = Sampler(model, max_len=96)
-    n = len(PROMPTS)
-    _, toks, _, _, count, _ = sampler.decode(
-        sampler.prefill(PROMPTS), jax.random.split(jax.random.key(0), n),
-        active=np.ones(n, bool), budget=np.full(n, NEW), stop_ids=[],
-        params=SamplingParams(0.0), num_steps=NEW)
-    assert out == jax.device_get(toks).tolist()
 
 
 class _CheckedPool:

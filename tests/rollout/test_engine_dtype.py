@@ -14,9 +14,9 @@ from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.models.layers import dense
+from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 from agentic_jax.rollout.engine import paged_model as pm
-from agentic_jax.rollout.sampler import SamplingParams
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=8)

@@ -8,8 +8,8 @@ import pytest
 from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
-from agentic_jax.rollout.sampler import SamplingParams
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
                   num_heads=2, num_kv_heads=1, head_dim=16)

@@ -1,4 +1,4 @@
-"""The trainer's recomputed log-probs (and values) of sampled tokens equal the sampler's.
+"""The trainer's recomputed log-probs (and values) of sampled tokens equal the engine's.
 
 PPO's importance ratio compares the two, so any drift between the KV-cache decode path and the
 full-sequence training forward biases every update. Log-probs are always those of the untempered,
@@ -13,8 +13,8 @@ from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rl.step import compute_logprobs
-from agentic_jax.rollout import SamplingParams, generate
-from agentic_jax.rollout.sampler import Sampler
+from agentic_jax.rollout import generate
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 
 CFG = ModelConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=16, qkv_bias=True, value_head=True)
@@ -64,7 +64,7 @@ def _recomputed(model, prompts, outputs) -> tuple[list[np.ndarray], list[np.ndar
     (1.0, 0.8, 0),
     (0.7, 0.9, 5),
 ])
-def test_recomputed_logprobs_equal_the_samplers(model, temperature, top_p, top_k):
+def test_recomputed_logprobs_equal_the_engines(model, temperature, top_p, top_k):
     outputs, sampled = generate(model, PROMPTS, max_new_tokens=NEW_TOKENS,
                                 temperature=temperature, top_p=top_p, top_k=top_k, seed=11,
                                 stop_tokens=[7], return_logprobs=True)
@@ -77,16 +77,14 @@ def test_recomputed_logprobs_equal_the_samplers(model, temperature, top_p, top_k
         np.testing.assert_allclose(got, want, atol=TOLERANCE, rtol=0, err_msg=f"row {b}")
 
 
-def test_recomputed_values_equal_the_samplers(model):
-    sampler = Sampler(model, max_len=64)
+def test_recomputed_values_equal_the_engines(model):
+    engine = Engine(model, EngineConfig(num_slots=len(PROMPTS), page_size=8, max_seq_len=64))
     keys = jax.random.split(jax.random.key(5), len(PROMPTS))
-    _, toks, lps, vals, count, _ = jax.device_get(sampler.decode(
-        sampler.prefill(PROMPTS), keys, active=np.ones(len(PROMPTS), bool),
-        budget=np.full(len(PROMPTS), NEW_TOKENS), stop_ids=[], params=SamplingParams(),
-        num_steps=NEW_TOKENS))
-    outputs = [toks[b, :count[b]].tolist() for b in range(len(PROMPTS))]
-    logprobs, values = _recomputed(model, PROMPTS, outputs)
+    for b, prompt in enumerate(PROMPTS):
+        engine.submit(Request(b, tuple(prompt), NEW_TOKENS, keys[b]))
+    events = sorted(engine.run(), key=lambda e: e.request_id)
+    logprobs, values = _recomputed(model, PROMPTS, [e.tokens for e in events])
     assert np.abs(np.concatenate(values)).max() > 0.1  # the value head is not the zero init
-    for b in range(len(PROMPTS)):
-        np.testing.assert_allclose(lps[b, :count[b]], logprobs[b], atol=TOLERANCE, rtol=0)
-        np.testing.assert_allclose(vals[b, :count[b]], values[b], atol=TOLERANCE, rtol=0)
+    for b, e in enumerate(events):
+        np.testing.assert_allclose(e.logprobs, logprobs[b], atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(e.values, values[b], atol=TOLERANCE, rtol=0)

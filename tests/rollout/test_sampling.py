@@ -1,5 +1,5 @@
-"""The compiled sampler: greedy equals the full forward, log-probs equal the model's, chunking
-and batch composition do not change samples, stops and truncation behave."""
+"""Sampling: `generate`'s greedy tokens equal the full forward's, its log-probs and the engine's
+values equal the model's, stops end rows, truncation and draws follow the distribution."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout import SamplingParams, generate
-from agentic_jax.rollout.sampler import Sampler
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 from agentic_jax.rollout.sampling import draw_tokens, filter_logits, sample_tokens
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -44,39 +44,15 @@ def test_logprobs_and_values_match_the_model(model):
         ref = jax.nn.log_softmax(full.logits[0, len(p) - 1:-1], -1)[jnp.arange(len(o)),
                                                                      jnp.asarray(o)]
         np.testing.assert_allclose(lp, ref, atol=1e-5)
-    sampler = Sampler(model, max_len=32)
-    state = sampler.prefill(PROMPTS)
+    engine = Engine(model, EngineConfig(num_slots=3, page_size=4, max_seq_len=32,
+                                        sampling=SamplingParams(temperature=0.0)))
     keys = jax.random.split(jax.random.key(0), 3)
-    _, toks, _, vals, count, _ = sampler.decode(
-        state, keys, active=np.ones(3, bool), budget=np.full(3, 4), stop_ids=[],
-        params=SamplingParams(temperature=0.0), num_steps=4)
-    toks, vals = np.asarray(toks), np.asarray(vals)
     for b, p in enumerate(PROMPTS):
-        full = model.forward(jnp.asarray([p + toks[b].tolist()]))
-        np.testing.assert_allclose(vals[b], full.values[0, len(p) - 1:len(p) + 3], atol=1e-5)
-
-
-def test_samples_do_not_depend_on_chunking_or_batch_mates(model):
-    keys = jax.random.split(jax.random.key(7), 3)
-    params = SamplingParams(temperature=1.0)
-    sampler = Sampler(model, max_len=32)
-
-    def run(chunks, active):
-        state = sampler.prefill(PROMPTS)
-        got = [[] for _ in PROMPTS]
-        for n in chunks:
-            state, toks, _, _, count, _ = sampler.decode(
-                state, keys, active=active, budget=np.full(3, 12), stop_ids=[],
-                params=params, num_steps=n)
-            for b in range(3):
-                got[b] += np.asarray(toks)[b, :int(count[b])].tolist()
-        return got
-
-    one = run([12], np.ones(3, bool))
-    chunked = run([5, 4, 3], np.ones(3, bool))
-    alone = run([12], np.asarray([False, True, False]))
-    assert one == chunked
-    assert alone[1] == one[1] and alone[0] == [] and alone[2] == []
+        engine.submit(Request(b, tuple(p), 4, keys[b]))
+    for e in engine.run():
+        p = PROMPTS[e.request_id]
+        full = model.forward(jnp.asarray([p + list(e.tokens)]))
+        np.testing.assert_allclose(e.values, full.values[0, len(p) - 1:len(p) + 3], atol=1e-5)
 
 
 def test_stop_tokens_and_budget(model):
@@ -86,26 +62,6 @@ def test_stop_tokens_and_budget(model):
     for f, o in zip(free, out):
         cut = f.index(stop) + 1 if stop in f else len(f)
         assert o == f[:cut]
-
-
-def test_set_lengths_rolls_back(model):
-    sampler = Sampler(model, max_len=32)
-    keys = jax.random.split(jax.random.key(1), 3)
-    greedy = SamplingParams(temperature=0.0)
-    state = sampler.prefill(PROMPTS)
-    state, toks, _, _, _, _ = sampler.decode(state, keys, active=np.ones(3, bool),
-                                             budget=np.full(3, 5), stop_ids=[], params=greedy,
-                                             num_steps=5)
-    first = np.asarray(toks)
-    # Roll every row back by 3 tokens, re-append them, and decode on: same as never rolling back.
-    lengths = np.asarray([len(p) + 2 for p in PROMPTS])
-    state = sampler.set_lengths(state, lengths)
-    state = sampler.append(state, [first[b, 2:5].tolist() for b in range(3)])
-    state, toks, _, _, _, _ = sampler.decode(state, keys, active=np.ones(3, bool),
-                                             budget=np.full(3, 3), stop_ids=[], params=greedy,
-                                             num_steps=3)
-    full = generate(model, PROMPTS, max_new_tokens=8, temperature=0.0)
-    np.testing.assert_array_equal(np.asarray(toks), np.asarray([f[5:8] for f in full]))
 
 
 def test_filter_logits_top_k_top_p():
@@ -179,9 +135,7 @@ def test_bad_arguments(model):
     with pytest.raises(ValueError, match="temperature"):
         SamplingParams(temperature=-1.0)
     with pytest.raises(ValueError, match="empty"):
-        Sampler(model, max_len=16).prefill([[1], []])
-    with pytest.raises(ValueError, match="max_len"):
-        Sampler(model, max_len=4).prefill([[1, 2, 3, 4, 5]])
+        generate(model, [[1], []], max_new_tokens=4)
 
 
 def test_per_row_greedy_rows_take_the_argmax_under_jit():

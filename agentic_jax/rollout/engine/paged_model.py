@@ -7,8 +7,9 @@ position (keys <= the query's position) never sees a stale slot.
 
 Slot state follows the "feed the last token" convention: ``length`` positions have K/V in the
 pool and ``last_token`` (at position ``length``) has not been run yet. A decode step runs it,
-writes its K/V, and samples the token at position length + 1 with fold_in(key, length + 1),
-which is the key the static sampler draws that position with.
+writes its K/V, and samples the token at position length + 1 with fold_in(key, length + 1):
+a token's draw depends on its request's key and its position alone, not on batching or
+scheduling.
 
 All programs are module-level jits with the graph definition static and the pool donated, so
 engines of equal models share compilations and decoding allocates no new cache memory.
