@@ -165,7 +165,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         training=training,
         rl=rl,
         loss=read_group(
-            LossConfig, r, "rl", policy_loss="ppo",
+            LossConfig, r, "rl",
             dual_clip=float(r.dual_clip) or None, value_clip=float(r.value_clip) or None,
             value_coef=float(r.value_coef) if model.value_head else 0.0,
             # With the KL in the reward, the loss has no KL term of its own.

@@ -74,14 +74,6 @@ def poly_mul(a: Poly, b: Poly) -> Poly:
     return {d: c for d, c in out.items() if c != 0}
 
 
-def poly_add(a: Poly, b: Poly, scale: Fraction | int = 1) -> Poly:
-    """a + scale * b."""
-    out = dict(a)
-    for d, c in b.items():
-        out[d] = out.get(d, Fraction(0)) + scale * c
-    return {d: c for d, c in out.items() if c != 0}
-
-
 def poly_eval(poly: Poly, x: Fraction | int) -> Fraction:
     """The value of the polynomial at x (exact)."""
     return sum((c * Fraction(x) ** d for d, c in poly.items()), Fraction(0))

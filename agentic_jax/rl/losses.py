@@ -43,7 +43,8 @@ class Pooled(NamedTuple):
 class LossConfig:
     """How the loss is built (hashable: the step compiles against it).
 
-    policy_loss: key of POLICY_LOSSES.
+    policy_loss: a key of POLICY_LOSSES, the one registry of policy losses (config key
+      ``rl.policy_loss`` when the config has one): a new loss is a function and an entry there.
     clip_low, clip_high: ratio clipped to [1 - clip_low, 1 + clip_high] (clip_high > clip_low is
       DAPO's "clip higher").
     dual_clip: c > 1 caps the loss of negative-advantage tokens at -c * A (None: off).
@@ -162,15 +163,6 @@ def ppo_clip_loss(
     return PolicyTerms(loss, was_clipped.astype(jnp.float32))
 
 
-def vanilla_pg_loss(
-    logprobs: Array, old_logprobs: Array, advantages: Array, cfg: LossConfig
-) -> PolicyTerms:
-    """Unclipped importance-weighted policy gradient: l = -exp(logp - logp_old) A."""
-    del cfg
-    ratio = jnp.exp(logprobs - old_logprobs)
-    return PolicyTerms(-advantages * ratio, jnp.zeros_like(ratio))
-
-
 def reinforce_loss(
     logprobs: Array, old_logprobs: Array, advantages: Array, cfg: LossConfig
 ) -> PolicyTerms:
@@ -182,7 +174,6 @@ def reinforce_loss(
 
 POLICY_LOSSES: dict[str, Callable[..., PolicyTerms]] = {
     "ppo": ppo_clip_loss,
-    "vanilla_pg": vanilla_pg_loss,
     "reinforce": reinforce_loss,
 }
 

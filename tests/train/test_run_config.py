@@ -133,6 +133,17 @@ def test_ppo_needs_the_value_head():
     assert cfg.loss.value_coef == 0.0
 
 
+def test_the_policy_loss_is_chosen_by_name_from_the_registry():
+    assert read_config(tiny_config()).loss.policy_loss == "ppo"
+    config = tiny_config()
+    with config.unlocked():
+        config.rl.policy_loss = "reinforce"
+    assert read_config(config).loss.policy_loss == "reinforce"
+    config.rl.policy_loss = "a2c"
+    with pytest.raises(ConfigError, match="^rl.policy_loss: expected one of"):
+        read_config(config)
+
+
 def test_derived_library_fields():
     cfg = read_config(tiny_config(**{"rl.kl_coef": 0.1, "rl.kl_in_reward": True,
                                      "rl.dual_clip": 3.0, "rl.value_clip": 0.0,
