@@ -22,7 +22,7 @@ from agentic_jax.data.tokenizer import builtin_tokenizer
 from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout.constrain import code_constraint
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
-from agentic_jax.rollout.tools import find_closed_code
+from agentic_jax.rollout.tool_text import find_closed_code
 
 
 def biased_model(tok, seed: int = 0) -> Transformer:

@@ -25,7 +25,7 @@ import numpy as np
 from agentic_jax.data.prompts import CODE_OPEN
 from agentic_jax.errors import UserError
 from agentic_jax.rollout.python_grammar import python_block_grammar
-from agentic_jax.rollout.tools import first_prefix_with
+from agentic_jax.rollout.tool_text import first_prefix_with
 
 
 def bitmask_words(vocab_size: int) -> int:

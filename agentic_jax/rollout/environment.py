@@ -35,7 +35,7 @@ import operator
 import re
 from typing import Any, Protocol, Sequence
 
-from agentic_jax.rollout import tools as text_tools
+from agentic_jax.rollout import tool_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +76,13 @@ class PythonTool:
     """
 
     name = "python"
-    pause_text = text_tools.CODE_CLOSE
+    pause_text = tool_text.CODE_CLOSE
 
     def __init__(self, sandbox: Any, stateful: bool = False):
         self.sandbox, self.stateful = sandbox, stateful
 
     def find_call(self, text: str) -> str | None:
-        found = text_tools.find_closed_code(text)
+        found = tool_text.find_closed_code(text)
         return None if found is None else found[0]
 
     def start(self, call: str, *, timeout_ms: int, state: dict) -> cf.Future:
@@ -93,7 +93,7 @@ class PythonTool:
                  state: dict) -> Feedback:
         if result.ok and self.stateful:
             state.setdefault("history", []).append(call)
-        tokens = text_tools.render_tool_result(result, tokenizer, max_tokens=max_tokens)
+        tokens = tool_text.render_tool_result(result, tokenizer, max_tokens=max_tokens)
         return Feedback(tokens, bool(result.ok), "" if result.ok else str(result.error))
 
 
@@ -134,7 +134,7 @@ class Calculator:
             body, ok, error = f"CalculatorError: {result}", False, "CalculatorError"
         else:
             body, ok, error = _show(result), True, ""
-        return Feedback(text_tools.render_message(body, tokenizer), ok, error)
+        return Feedback(tool_text.render_message(body, tokenizer), ok, error)
 
     def evaluate(self, expression: str) -> fractions.Fraction:
         """The exact value of ``expression``; raises CalculatorError."""
@@ -216,11 +216,11 @@ class ToolSet:
         None while neither has happened."""
         def happened(text: str) -> bool:
             return any(t.find_call(text) is not None for t in self.tools) or (
-                self.stop_on_answer and text_tools.has_final_answer(text))
+                self.stop_on_answer and tool_text.has_final_answer(text))
 
         if not happened(decode(turn)):
             return None
-        cut = text_tools.first_prefix_with(turn, decode, happened)
+        cut = tool_text.first_prefix_with(turn, decode, happened)
         text = decode(turn[:cut])
         for tool in self.tools:
             payload = tool.find_call(text)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from agentic_jax.rollout import tools as text_tools
+from agentic_jax.rollout import tool_text
 from agentic_jax.rollout.environment import Tool, ToolSet
 from agentic_jax.rollout.engine import Engine, Event, Request
 from agentic_jax.rollout.episode import Episode
@@ -217,9 +217,9 @@ class RolloutService:
             live.tool = call.tool.start(call.payload, timeout_ms=ep.timeout_ms, state=live.state)
             live.tool.add_done_callback(self._notify)
         else:
-            message = text_tools.BUDGET_MESSAGE if ep.tool_budget > 0 else DISABLED_MESSAGE
+            message = tool_text.BUDGET_MESSAGE if ep.tool_budget > 0 else DISABLED_MESSAGE
             live.phase = Phase.READY
-            live.output = text_tools.render_message(message, self.tokenizer)
+            live.output = tool_text.render_message(message, self.tokenizer)
 
     def _notify(self, _future: cf.Future) -> None:
         with self._wake:

@@ -52,7 +52,7 @@ class _Printed(NamedTuple):
 def output_tokens(stdout: str, tokenizer: Any, layout: ExampleFormat) -> list[int]:
     """The ```output block that follows a code block which printed ``stdout``."""
     if layout.output_tokens:
-        from agentic_jax.rollout.tools import render_tool_result
+        from agentic_jax.rollout.tool_text import render_tool_result
 
         return render_tool_result(_Printed(stdout), tokenizer, max_tokens=layout.output_tokens)
     return list(tokenizer.encode(fmt.format_tool_output(stdout), add_special_tokens=False))

@@ -19,7 +19,7 @@ from agentic_jax.models import ModelConfig, Transformer  # noqa: E402
 from agentic_jax.rollout.constrain import bitmask_words, code_constraint  # noqa: E402
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request  # noqa: E402
 from agentic_jax.rollout.sampling import sample_tokens, unpack_bitmask  # noqa: E402
-from agentic_jax.rollout.tools import find_closed_code  # noqa: E402
+from agentic_jax.rollout.tool_text import find_closed_code  # noqa: E402
 
 SNIPPETS = [
     "from sympy import *\nx = symbols('x')\nprint(solve(Eq(2*x - 27, -21), x)[0])",

@@ -11,7 +11,7 @@ from agentic_jax.data.tokenizer import IM_END, builtin_tokenizer, encode_prompt
 from agentic_jax.training.warmstart_data import (ExampleFormat, batches, build_example,
                                                  build_examples, length_grouped_batches,
                                                  pack_batch)
-from agentic_jax.rollout.tools import TRUNCATION_MARKER, render_tool_result
+from agentic_jax.rollout.tool_text import TRUNCATION_MARKER, render_tool_result
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 
 
