@@ -211,6 +211,17 @@ def _runs_note(runs: Sequence[Run]) -> str:
     return "runs " + "; ".join(r.tag for r in runs)
 
 
+def _curriculum(c: dict) -> bool:
+    return c["data"].get("source", "curriculum") == "curriculum"
+
+
+def _problems_note(c: dict) -> str:
+    """What RL trained on: the curriculum's kinds and stages, or the dataset source."""
+    if not _curriculum(c):
+        return f"the training problems of `data.source={c['data']['source']}`"
+    return f"{', '.join(c['data']['kinds'])} {_stages_note(c)}"
+
+
 def _stages_note(c: dict) -> str:
     stages = c["data"]["stages"]
     if len(stages) == 1:
@@ -232,8 +243,7 @@ def section(runs: Sequence[Run], figure_path: str,
         f"{ws.get('warmstart/tool_fraction', float('nan')):.0%} of the examples use the tool"
         f"{_shipped_note(runs)}; then {c['training']['total_steps']} "
         f"{c['rl'].get('algorithm', 'ppo').upper()} steps of {c['training']['batch_size']} "
-        f"prompts x {c['rl']['group_size']} samples on {', '.join(c['data']['kinds'])} "
-        f"{_stages_note(c)}.",
+        f"prompts x {c['rl']['group_size']} samples on {_problems_note(c)}.",
         "",
         "| held-out (greedy) | " + " | ".join(
             f"{r.tag}: warm start | {r.tag}: after RL" for r in runs) + " |",
@@ -243,7 +253,7 @@ def section(runs: Sequence[Run], figure_path: str,
             ("code-use rate", "tools", "code_use_rate", "{:.3f}"),
             ("response length (tokens)", "tools", "response_length", "{:.1f}"),
             *((f"accuracy, {stage}{_kinds_note(c, stage)}", "tools", f"accuracy/{stage}",
-               "{:.3f}") for stage in c["data"]["stages"]),
+               "{:.3f}") for stage in c["data"]["stages"] if _curriculum(c)),
             ("accuracy without tools", "direct", "accuracy", "{:.3f}"))
     for label, mode, key, fmt in rows:
         cells = []
