@@ -36,6 +36,7 @@ from agentic_jax.models import ModelConfig, Transformer, get_preset  # noqa: E40
 from agentic_jax.rollout.engine import page_bytes  # noqa: E402
 from agentic_jax.rollout.engine import paged_model as pm  # noqa: E402
 from agentic_jax.rollout.engine.paged_model import SlotState  # noqa: E402
+from agentic_jax.rollout.engine.paged_kv import init_paged_kv  # noqa: E402
 from agentic_jax.kernels.paged_attention import PagePairs  # noqa: E402
 
 _TINY = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
@@ -72,7 +73,7 @@ def paged_decode(args: argparse.Namespace) -> list[dict]:
     graphdef, params = nnx.split(model)
     engine_weights = pm.engine_weights(params, cfg)
     per_seq = -(-(context + steps) // ps)
-    kv = pm.init_paged_kv(cfg, slots * per_seq, ps)
+    kv = init_paged_kv(cfg, slots * per_seq, ps)
     tables = np.arange(slots * per_seq, dtype=np.int32).reshape(slots, per_seq)
     pairs = PagePairs(np.repeat(np.arange(slots, dtype=np.int32), per_seq), tables.ravel(),
                       np.tile(np.arange(per_seq, dtype=np.int32) * ps, slots))

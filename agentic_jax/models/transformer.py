@@ -2,7 +2,7 @@
 
 Layers are stacked along a leading "layers" axis and run with `jax.lax.scan`, so compile time
 does not grow with depth. The rollout engine runs the same `Block`s over its paged KV cache
-(`rollout.engine.paged_model.forward_paged`), a `KVStore` as the attention's key/value source.
+(`rollout.engine.paged_kv.forward_paged`), a `KVStore` as the attention's key/value source.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def test_the_sampler_mesh_splits_heads_and_holds_the_kv_pool():
     from flax import nnx
 
     from agentic_jax.models import ModelConfig, Transformer
-    from agentic_jax.rollout.engine.paged_model import init_paged_kv
+    from agentic_jax.rollout.engine.paged_kv import init_paged_kv
 
     placement = split_devices(2)
     cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,

@@ -258,7 +258,7 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
     import jax.numpy as jnp
 
     from agentic_jax.kernels.paged_attention import PagePairs
-    from agentic_jax.rollout.engine import paged_model as pm
+    from agentic_jax.rollout.engine import paged_kv, paged_model as pm
 
     graphdef, state = nnx.split(model)
     weights = pm.engine_weights(state, CFG, layer_arrays=True)
@@ -268,11 +268,11 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
         assert all(leaf.size == 0 for leaf in jax.tree.leaves(weights.state["blocks"]))
     layers = weights.layers or tuple(
         tuple(leaf[i] for leaf in jax.tree.leaves(state["blocks"])) for i in range(CFG.num_layers))
-    kv = pm.init_paged_kv(CFG, num_pages=8, page_size=4)
+    kv = paged_kv.init_paged_kv(CFG, num_pages=8, page_size=4)
     tables = jnp.asarray([[0, 1, 2, 3], [4, 5, 6, 7]], jnp.int32)
     if pairs:   # one token a row after a 10- and a 5-token history already in the pool
         rng = np.random.default_rng(0)
-        kv = pm.PagedKV(k=jnp.asarray(rng.standard_normal(kv.k.shape), kv.k.dtype),
+        kv = paged_kv.PagedKV(k=jnp.asarray(rng.standard_normal(kv.k.shape), kv.k.dtype),
                         v=jnp.asarray(rng.standard_normal(kv.v.shape), kv.v.dtype))
         tokens, positions = jnp.asarray([[7], [9]]), jnp.asarray([[10], [5]])
         page_pairs = PagePairs(rows=jnp.asarray([0, 0, 0, 1, 1, 2]),
@@ -286,7 +286,7 @@ def test_layers_split_one_array_each_compute_what_the_stacked_scan_does(model, p
     @jax.jit
     def run(kv, layers):
         m = nnx.merge(graphdef, state) if layers is None else pm._merge(graphdef, weights)
-        return pm.forward_paged(m, tokens, positions, valid, kv, tables, pairs=page_pairs,
+        return paged_kv.forward_paged(m, tokens, positions, valid, kv, tables, pairs=page_pairs,
                                 layers=layers)
 
     stacked_hidden, stacked_kv = run(kv, None)

@@ -13,6 +13,7 @@ from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.models import Transformer, get_preset
 from agentic_jax.parallel import make_mesh, param_shardings
 from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine.paged_kv import init_paged_kv
 from tests.kernels.lowering import ACCELERATORS, abstract, lowered_text, traced_for
 
 ROWS, CHUNK, TABLE, PAGES, PAGE_SIZE, PAIRS = 8, 16, 8, 64, 16, 64
@@ -51,7 +52,7 @@ def test_prefill_decode_and_page_copies_lower(backend, platform, custom_call):
     with traced_for(backend):
         assert pm.resolve_decode_impl("auto") == "pallas"
         weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
-        kv = jax.eval_shape(lambda: pm.init_paged_kv(cfg, PAGES, PAGE_SIZE))
+        kv = jax.eval_shape(lambda: init_paged_kv(cfg, PAGES, PAGE_SIZE))
         # Nothing on an accelerator is held as CPU bfloat16 bit patterns (`as_bits`).
         assert {x.dtype for x in jax.tree.leaves((weights, kv))} == {jnp.dtype(jnp.bfloat16)}
         prefill = lowered_text(pm.prefill_jit, graphdef, weights, kv, _i32(4, CHUNK), _i32(4),
@@ -70,7 +71,7 @@ def test_decode_of_head_dim_64_lowers(backend, platform, custom_call):
     graphdef, state, cfg = _model(head_dim=64)
     with traced_for(backend):
         weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
-        kv = jax.eval_shape(lambda: pm.init_paged_kv(cfg, PAGES, PAGE_SIZE))
+        kv = jax.eval_shape(lambda: init_paged_kv(cfg, PAGES, PAGE_SIZE))
         decode = _decode_text(graphdef, weights, kv, platform)
     assert decode.count(custom_call) == (1 if platform == "cuda" else 0)
 
@@ -90,7 +91,7 @@ def test_decode_over_a_sampler_mesh_lowers(backend, platform, custom_call):
     with traced_for(backend):
         weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
         weights = weights._replace(state=abstract(weights.state, param_shardings(state, mesh)))
-        kv = pm.init_paged_kv(cfg, PAGES, PAGE_SIZE, mesh)
+        kv = init_paged_kv(cfg, PAGES, PAGE_SIZE, mesh)
         kv = abstract(kv, jax.tree.map(lambda x: x.sharding, kv))
         decode = _decode_text(graphdef, weights, kv, platform)
     assert decode.count(custom_call) == 1

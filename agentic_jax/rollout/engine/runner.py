@@ -15,6 +15,7 @@ from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.models import ModelConfig
 from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine.paged_kv import PagedKV, init_paged_kv
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS, EngineConfig, SamplingParams
@@ -71,7 +72,7 @@ class ModelRunner:
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
-        self.kv: pm.PagedKV | None = pm.init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+        self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
 
     @property
     def params(self) -> nnx.State | None:
@@ -96,7 +97,7 @@ class ModelRunner:
         if self.params is None:
             raise RuntimeError("rollout engine: asleep without weights; update_params wakes it")
         if self.kv is None:
-            self.kv = pm.init_paged_kv(self.model_cfg, self.num_pages, self.page_size, self.mesh)
+            self.kv = init_paged_kv(self.model_cfg, self.num_pages, self.page_size, self.mesh)
 
     def key_data(self, key: Any) -> np.ndarray:
         """A typed PRNG key or raw key data -> the key data as a uint32 numpy array."""

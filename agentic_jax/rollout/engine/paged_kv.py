@@ -1,0 +1,147 @@
+"""The paged KV cache and the model over it.
+
+The pool holds K and V of every layer as [L, Hkv, P, page_size, D]. A sequence's KV lives in the
+pages of its block table (row of int32 [B, W]); position p sits in page table[p // page_size] at
+offset p % page_size. A token's K/V is written before its queries read, so attention masked by
+position (keys <= the query's position) never sees a stale slot. The model's own blocks run
+over it, with `PagedLayer` as their attention's key/value source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding
+
+from agentic_jax.kernels.paged_attention import (
+    PagePairs,
+    as_bits,
+    from_bits,
+    paged_attention_xla,
+    paged_decode_attention,
+    ragged_decode_attention_xla,
+)
+from agentic_jax.models import ModelConfig
+from agentic_jax.models.partitioning import logical_to_mesh_spec
+from agentic_jax.models.rope import rope_inverse_frequencies
+
+
+@struct.dataclass
+class PagedKV:
+    """k, v: [L, Hkv, P, page_size, D] in the model's compute dtype (stored as `as_bits`)."""
+
+    k: jax.Array
+    v: jax.Array
+
+    @property
+    def page_size(self) -> int:
+        return self.k.shape[3]
+
+    @property
+    def num_pages(self) -> int:
+        return self.k.shape[2]
+
+
+def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int,
+                  mesh: Mesh | None = None) -> PagedKV:
+    """A zero pool: uncommitted on the default device, or created in place over ``mesh`` (the
+    devices the engine samples on) with kv heads over its "tensor" axis where they divide."""
+    shape = (cfg.num_layers, cfg.num_kv_heads, num_pages, page_size, cfg.head_dim)
+
+    def zeros() -> PagedKV:
+        return PagedKV(k=as_bits(jnp.zeros(shape, cfg.compute_dtype)),
+                       v=as_bits(jnp.zeros(shape, cfg.compute_dtype)))
+
+    if mesh is None:
+        return zeros()
+    spec = logical_to_mesh_spec(("layers", "kv_heads", None, None, "head_dim"), shape=shape,
+                                mesh=mesh)
+    return jax.jit(zeros, out_shardings=NamedSharding(mesh, spec))()
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedLayer:
+    """One layer of the page pool as the attention's `KVStore` (`models.attention.KVStore`).
+
+    k, v: the pool of every layer [L, Hkv, P, page_size, D] (`as_bits`); layer: this one's
+    index. page / offset int32 [B, T]: where each token's K/V goes (page == P: nowhere).
+    Attention reads the block tables [B, W] for a chunk (T >= 1); for a decode step (T == 1)
+    the page ``pairs`` (XLA, cost by real length) or, with ``decode_impl``,
+    `paged_decode_attention`.
+    """
+
+    k: jax.Array
+    v: jax.Array
+    layer: jax.Array | int
+    page: jax.Array
+    offset: jax.Array
+    block_tables: jax.Array
+    dtype: jnp.dtype
+    pairs: PagePairs | None = None
+    decode_impl: str | None = None
+
+    def attend(self, q: jax.Array, k: jax.Array, v: jax.Array,
+               positions: jax.Array) -> tuple[jax.Array, PagedLayer]:
+        k, v = as_bits(k.astype(self.dtype)), as_bits(v.astype(self.dtype))
+        pool_k = self.k.at[self.layer, :, self.page, self.offset].set(k, mode="drop")
+        pool_v = self.v.at[self.layer, :, self.page, self.offset].set(v, mode="drop")
+        if self.pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
+            out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, self.pairs,
+                                              positions[:, 0], layer=self.layer)[:, None]
+        else:
+            layer_k = jax.lax.dynamic_index_in_dim(pool_k, self.layer, keepdims=False)
+            layer_v = jax.lax.dynamic_index_in_dim(pool_v, self.layer, keepdims=False)
+            if self.decode_impl is None:
+                out = paged_attention_xla(q, layer_k, layer_v, self.block_tables, positions)
+            else:
+                out = paged_decode_attention(q[:, 0], layer_k, layer_v, self.block_tables,
+                                             positions[:, 0] + 1, impl=self.decode_impl)[:, None]
+        return out, dataclasses.replace(self, k=pool_k, v=pool_v)
+
+
+def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
+                  decode_impl: str | None = None, pairs: PagePairs | None = None,
+                  layers: tuple[tuple[jax.Array, ...], ...] | None = None):
+    """tokens / positions int32 [B, T], valid bool [B, T] -> (hidden [B, T, E], kv).
+
+    The model's own blocks over the pool (`PagedLayer`): valid tokens write their K/V at their
+    positions, invalid ones write nothing. The blocks' weights: ``layers``
+    (`paged_model.EngineWeights.layers`, run unrolled) when given, else the model's stacked blocks in a
+    scan, unpacked from `as_bits` one layer at a time.
+    """
+    cfg = model.cfg
+    page_size, num_pages = kv.page_size, kv.num_pages
+    page = jnp.take_along_axis(block_tables, positions // page_size, axis=1)
+    page = jnp.where(valid, page, num_pages)            # out of range: the write is dropped
+    inv_freq = rope_inverse_frequencies(cfg)
+    graphdef, block_state = nnx.split(model.blocks)
+    leaves, treedef = jax.tree.flatten(block_state)
+    if layers is not None and len(layers[0]) != len(leaves):
+        raise ValueError(f"forward_paged: {len(layers[0])} weights a layer for "
+                         f"{len(leaves)} block parameters")
+    offset = positions % page_size
+
+    def body(carry, layer_inputs):
+        x, pool_k, pool_v = carry
+        layer_leaves, layer = layer_inputs
+        block = nnx.merge(graphdef, jax.tree.unflatten(treedef, map(from_bits, layer_leaves)))
+        store = PagedLayer(pool_k, pool_v, layer, page, offset, block_tables, cfg.compute_dtype,
+                           pairs, decode_impl)
+        x, store = block(x, positions, inv_freq, kv_store=store)
+        return (x, store.k, store.v), None
+
+    x = from_bits(as_bits(model.embed[...])[tokens]).astype(cfg.compute_dtype)
+    if layers is None:
+        (x, pool_k, pool_v), _ = jax.lax.scan(
+            body, (x, kv.k, kv.v), ([as_bits(leaf) for leaf in leaves],  # (engine_weights are)
+                                    jnp.arange(cfg.num_layers)),
+            unroll=min(cfg.scan_unroll, cfg.num_layers))
+    else:
+        carry = (x, kv.k, kv.v)
+        for layer, layer_leaves in enumerate(layers):
+            carry, _ = body(carry, (list(layer_leaves), layer))
+        x, pool_k, pool_v = carry
+    return model.final_norm(x), PagedKV(k=pool_k, v=pool_v)
