@@ -124,6 +124,7 @@ def _default() -> ml_collections.ConfigDict:
     c.rl.gamma = 1.0
     c.rl.lam = 0.95
     c.rl.group_size = 4  # samples per prompt
+    c.rl.policy_loss = "ppo"  # a name from agentic_jax.rl.losses.POLICY_LOSSES: ppo | reinforce
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28
     c.rl.dual_clip = 0.0  # 0 disables; else the dual-clip constant c > 1

@@ -32,7 +32,7 @@ class ExampleFormat(NamedTuple):
     The default is the built-in model's format, which its saved warm starts were trained on:
     the output block is ``format_tool_output``'s text, and nothing follows the answer (the
     episode ends at the closed \\boxed{}). A pretrained model's examples are its rollouts
-    instead: the output block is `rollout.tools.render_tool_result`'s tokens within
+    instead: the output block is `rollout.tool_text.render_tool_result`'s tokens within
     ``output_tokens`` (``environment.max_output_tokens``), and the response ends with
     ``end_ids``, its end-of-turn token (SmolLM2's and Qwen's chat ``<|im_end|>``), trained on
     like the rest of the policy's text so that the model still closes its turn.
