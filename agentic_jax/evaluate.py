@@ -56,11 +56,11 @@ _CONSTRAIN = flags.DEFINE_boolean(
 
 def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
                  constrain_code: bool = False, **eval_settings: Any):
-    """The inference policy of ``workdir``'s newest checkpoint (`agentic_jax.inference.open_run`;
+    """The inference policy of ``workdir``'s newest checkpoint (`agentic_jax.episodes.open.open_run`;
     without checkpoints, ``config``'s model as built, step 0). ``eval_settings`` replace fields
     of the run's ``eval.*`` (never evaluated in training here); a bad one is a UserError
     naming its flag."""
-    from agentic_jax.inference import has_checkpoints, open_config, run_config
+    from agentic_jax.episodes.open import has_checkpoints, open_config, run_config
 
     trained = has_checkpoints(workdir)
     if not trained:
@@ -92,8 +92,8 @@ def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
 def _with_problems(policy, load):
     """``policy`` with the problems ``load(cfg)`` gives (only those evaluated), their prompts
     checked (`ConfigError` when one does not fit ``training.max_length``)."""
-    from agentic_jax.training.builders import Policy
-    from agentic_jax.training.problems import check_prompts
+    from agentic_jax.episodes.policy import Policy
+    from agentic_jax.episodes.problems import check_prompts
 
     try:
         problems = load(policy.cfg)
@@ -115,7 +115,7 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     loads only the split it evaluates.
     """
     from agentic_jax.evaluation.held_out import eval_config, evaluate
-    from agentic_jax.training.problems import Problems, load_problems
+    from agentic_jax.episodes.problems import Problems, load_problems
     from agentic_jax.utils import write_json
 
     def load(cfg) -> Problems:
@@ -159,7 +159,7 @@ def evaluate_checkpoint_on_benchmarks(
     tool loop; writes ``workdir/eval/`` and returns {name: result} (each with the
     checkpoint's ``step``). Unset settings take the run's ``eval.*`` values."""
     from agentic_jax.evaluation.benchmarks import run_benchmarks
-    from agentic_jax.training.problems import Problems, benchmark_problems
+    from agentic_jax.episodes.problems import Problems, benchmark_problems
 
     if not benchmarks:
         raise UserError("--benchmarks: expected name=PATH,..., got ''")

@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
     try:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)
-        from agentic_jax.training import rundir
-        from agentic_jax.training.model_defaults import with_model_defaults
+        from agentic_jax.episodes import rundir
+        from agentic_jax.episodes.model_defaults import with_model_defaults
         from agentic_jax.training.run import train  # after the runtime is initialised
 
         overrides = (config_flags.get_override_values(flags.FLAGS["config"])

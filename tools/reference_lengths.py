@@ -56,8 +56,8 @@ def table(by_split: dict[str, dict[str, dict[str, float]]]) -> str:
 def main(argv: list[str]) -> int:
     del argv
     from agentic_jax.config import read_config
-    from agentic_jax.training.builders import run_tokenizer
-    from agentic_jax.training.problems import load_problems
+    from agentic_jax.inference.policy import run_tokenizer
+    from agentic_jax.episodes.problems import load_problems
 
     cfg = read_config(_CONFIG.value)
     tokenizer = run_tokenizer(cfg)

@@ -151,7 +151,7 @@ def hint_session(workdir: str | None, max_tokens: int) -> Iterator[Any]:
     if not workdir:
         yield None
         return
-    from agentic_jax.inference import open_run
+    from agentic_jax.episodes.open import open_run
 
     policy = open_run(workdir=workdir)
     try:

@@ -100,7 +100,7 @@ class ModelSpec:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                      "up_proj", "down_proj")
     # A pretrained model takes the pretrained defaults for keys the command line leaves
-    # (`agentic_jax.training.model_defaults`), leaving response_tokens after the longest prompt.
+    # (`agentic_jax.episodes.model_defaults`), leaving response_tokens after the longest prompt.
     auto_defaults: bool = False
     response_tokens: int = 512
 

@@ -4,8 +4,8 @@ bootstrap 95% intervals, per-subject / per-level breakdowns, and the result file
 policy enters as a callable that samples responses.
 
 The policy-sampling side lives in submodules that this package does not import (they need JAX
-and the run's policy; callers import them directly): `held_out` (the run's held-out problems:
-accuracy with and without tools, pass@k, code use, per stage; `sample_episodes`) and
+and the run's policy, `agentic_jax.episodes`; callers import them directly): `held_out` (the
+run's held-out problems: accuracy with and without tools, pass@k, code use, per stage) and
 `benchmarks` (the published policy's episodes as the `Sample`s scored here, for the evaluate
 command and for ``eval.*`` during training)."""
 

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 
 from agentic_jax.config.groups import BenchmarkEvalConfig
 from agentic_jax.data import Problem
+from agentic_jax.episodes.policy import Policy
+from agentic_jax.episodes.sampling import sample_episodes
 from agentic_jax.evaluation import Sample, evaluate_benchmarks
-from agentic_jax.evaluation.held_out import sample_episodes
 from agentic_jax.evaluation.report import headline
 from agentic_jax.parallel import is_main_process
 from agentic_jax.rollout import SamplingParams
-from agentic_jax.training.builders import Policy
 
 logger = logging.getLogger(__name__)
 EVAL_DIR = "eval"

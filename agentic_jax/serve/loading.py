@@ -1,6 +1,6 @@
 """The policy a command serves: a run's newest checkpoint, or a config's model as built (a
 Hugging Face directory with ``--config.model.path``, or the preset's initialisation), opened by
-`agentic_jax.inference.open_run`."""
+`agentic_jax.episodes.open.open_run`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 import ml_collections
 
-from agentic_jax.inference import InferencePolicy, has_checkpoints, open_run
+from agentic_jax.episodes.open import has_checkpoints, open_run
+from agentic_jax.inference import InferencePolicy
 
 
 class LoadedPolicy(NamedTuple):

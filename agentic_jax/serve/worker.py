@@ -107,7 +107,7 @@ class WorkerStats:
 
 class RolloutWorker:
     """The thread that runs every rollout of ``policy`` (a
-    `agentic_jax.training.builders.Policy`)."""
+    `agentic_jax.inference.InferencePolicy`)."""
 
     def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
         self.policy, self.limits = policy, limits

@@ -49,8 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agentic_jax.episodes.policy import Policy
 from agentic_jax.rollout import Episode
-from agentic_jax.training.builders import Policy, Run, sampler_weights
+from agentic_jax.training.builders import Run, sampler_weights
 from agentic_jax.training.rollouts import Experience, collect
 from agentic_jax.training.stream import StepStream
 

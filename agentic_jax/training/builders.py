@@ -1,10 +1,10 @@
-"""Building a run once from its config: the frozen records of components training and
-evaluation on problems use (`Policy`, `Run`), and the initial `TrainState`.
+"""Building a training run once from its config: the frozen record of its components (`Run`)
+and the initial `TrainState`.
 
 Only `agentic_jax.config.read_config` reads the config; everything here takes its typed
-records. A `Policy` is the inference policy (`agentic_jax.inference`: model, tokenizer, rollout
-engine, sandbox) with the run's problems; training adds the optimizer, the compiled step and
-the host-side scheduler and tool controller.
+records. A run's policy is `agentic_jax.episodes.policy.Policy` (the inference policy with the
+run's problems); training adds the optimizer, the compiled step and the host-side scheduler and
+tool controller.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from jax.sharding import NamedSharding
 from agentic_jax.config import ConfigError, RunConfig
 from agentic_jax.data import Problem
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
-from agentic_jax.inference.policy import (  # noqa: F401  (publish, sampler_weights: the run's)
-    InferencePolicy, build_inference, publish, run_tokenizer, sampler_weights)
+from agentic_jax.episodes.policy import Policy, build_policy
+from agentic_jax.inference.policy import publish, sampler_weights  # noqa: F401  (the run's)
 from agentic_jax.parallel import batch_sharding
 from agentic_jax.rl.experience import ExperienceConfig
 from agentic_jax.rl.optim import make_optimizer
@@ -33,22 +33,8 @@ from agentic_jax.rl.shardings import (
 from agentic_jax.rl.state import TrainState, root_rng
 from agentic_jax.rl.step import make_train_step
 from agentic_jax.rollout import ToolController
-from agentic_jax.training.problems import Problems, check_prompts, load_problems
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Policy(InferencePolicy):
-    """The inference policy with the problems the run draws from: what training and
-    evaluation on problems sample and grade with."""
-
-    problems: Problems
-
-    @classmethod
-    def with_problems(cls, policy: InferencePolicy, problems: Problems) -> Policy:
-        return cls(problems=problems, **{f.name: getattr(policy, f.name)
-                                         for f in dataclasses.fields(InferencePolicy)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +57,6 @@ class Run:
     @property
     def cfg(self) -> RunConfig:
         return self.policy.cfg
-
-
-def build_policy(cfg: RunConfig) -> tuple[Policy, nnx.State]:
-    """The policy's components, its problems and its initial model state (preset init or HF
-    weights), published."""
-    tokenizer = run_tokenizer(cfg)
-    problems = load_problems(cfg)
-    check_prompts(cfg, tokenizer, problems.every())  # before anything slow is built
-    policy_, params = build_inference(cfg, tokenizer)
-    return Policy.with_problems(policy_, problems), params
 
 
 def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:

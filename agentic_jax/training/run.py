@@ -28,15 +28,16 @@ import ml_collections
 from tqdm.auto import tqdm
 
 from agentic_jax.config import read_config, resolve_off_policy
+from agentic_jax.episodes import rundir
+from agentic_jax.episodes.metrics import episode_summary
 from agentic_jax.evaluation.benchmarks import evaluate_in_training
 from agentic_jax.evaluation.held_out import evaluate
 from agentic_jax.parallel import agree, is_main_process
 from agentic_jax.rl import state as state_lib
 from agentic_jax.rl.state import HostState, TrainState
-from agentic_jax.training import async_rollouts, rundir, transcripts
+from agentic_jax.training import async_rollouts, transcripts
 from agentic_jax.training.preemption import StopSignal
 from agentic_jax.training.builders import Run, build_run, publish
-from agentic_jax.training.metrics import episode_summary
 from agentic_jax.training.rollouts import collect
 from agentic_jax.training.update import update
 from agentic_jax.training.warmstart import warm_start
@@ -92,7 +93,7 @@ def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
             # The values recorded are the ones this run trains with: a rerun must not apply
-            # pretrained defaults to them (`agentic_jax.training.model_defaults`).
+            # pretrained defaults to them (`agentic_jax.episodes.model_defaults`).
             record = ml_collections.ConfigDict(config.to_dict())
             if "auto_defaults" in record.model:
                 record.model.auto_defaults = False

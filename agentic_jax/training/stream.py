@@ -28,12 +28,12 @@ import jax
 import numpy as np
 
 from agentic_jax.data import Problem
+from agentic_jax.episodes.grading import row_specs
 from agentic_jax.rollout import Episode
 from agentic_jax.rollout.agent import WeightFeed
 from agentic_jax.rollout.engine.types import EngineStats
 from agentic_jax.training.builders import Run
-from agentic_jax.training.rollouts import (
-    Experience, draw_jobs, host_metrics, row_specs, score)
+from agentic_jax.training.rollouts import Experience, draw_jobs, host_metrics, score
 from agentic_jax.utils.timing import PhaseTimer
 
 

@@ -20,10 +20,12 @@ from typing import Sequence
 import numpy as np
 
 from agentic_jax.data import Problem
+from agentic_jax.episodes.grading import grade
+from agentic_jax.episodes.policy import Policy
+from agentic_jax.episodes.sampling import sample_episodes
 from agentic_jax.parallel import is_main_process
 from agentic_jax.reward import RewardConfig, extract_answer
 from agentic_jax.rollout import Episode, SamplingParams
-from agentic_jax.training.builders import Policy
 
 TRANSCRIPTS = "transcripts.jsonl"
 EPISODES_PER_WRITE = 4
@@ -64,9 +66,6 @@ def from_training(policy: Policy, workdir: str, step: int, episodes: Sequence[Ep
 def from_evaluation(policy: Policy, workdir: str, step: int) -> None:
     """The first EPISODES_PER_WRITE held-out problems with tools at the evaluation temperature
     (collective: every host calls it)."""
-    from agentic_jax.evaluation.held_out import sample_episodes
-    from agentic_jax.training.rollouts import grade
-
     problems = list(policy.problems.test[:EPISODES_PER_WRITE])
     episodes = sample_episodes(policy, problems, num_samples=1, tools=True,
                                sampling=SamplingParams(temperature=policy.cfg.eval_temperature))

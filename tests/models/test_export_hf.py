@@ -17,8 +17,8 @@ from flax import nnx
 from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
+from agentic_jax.episodes.rundir import record_config
 from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
-from agentic_jax.training.rundir import record_config
 from agentic_jax.rl.state import (
     HostState, TrainState, restore_params, root_rng, save, to_pure)
 from agentic_jax.utils import Checkpointer

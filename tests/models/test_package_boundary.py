@@ -2,7 +2,8 @@
 attention kernels, a leaf package below it that imports nothing of ours, and the error type
 (`agentic_jax.errors`, a module of no imports). `apps` never imports `serve` (the server passes
 what the apps need of it in); `inference` is below `serve`, `apps` and the commands, and
-imports neither the run's problems nor the benchmark readers."""
+imports neither the run's problems nor the benchmark readers. `episodes` (running a policy on
+problems) is below `training` and `evaluation`, and neither of those imports the other."""
 
 import ast
 import subprocess
@@ -35,20 +36,35 @@ def test_no_module_of_apps_imports_serve():
             if n.startswith("agentic_jax.serve")] == []
 
 
+def _importing(package: str, above: tuple[str, ...]) -> list[str]:
+    """Every import in ``package`` of a module in ``above`` or of one of their submodules
+    (agentic_jax.train, the command, is not agentic_jax.training)."""
+    return [f"{file}: {n}" for file, n in _imports(package)
+            if any(n == a or n.startswith(a + ".") for a in above)]
+
+
 def test_inference_imports_nothing_above_it():
     above = ("agentic_jax.serve", "agentic_jax.apps", "agentic_jax.evaluate",
-             "agentic_jax.train", "agentic_jax.training.builders", "agentic_jax.training.problems",
-             "agentic_jax.training.run")
-    # A module or its submodules: agentic_jax.train (the command) is not agentic_jax.training.
-    assert [f"{file}: {n}" for file, n in _imports("inference")
-            if any(n == a or n.startswith(a + ".") for a in above)] == []
+             "agentic_jax.train", "agentic_jax.training", "agentic_jax.evaluation",
+             "agentic_jax.episodes")
+    assert _importing("inference", above) == []
     code = ("import sys; import agentic_jax.inference; "
             "print(','.join(sorted(m for m in sys.modules if m.startswith(("
-            "'agentic_jax.training.problems', 'agentic_jax.data.benchmarks', 'agentic_jax.serve', "
+            "'agentic_jax.episodes', 'agentic_jax.data.benchmarks', 'agentic_jax.serve', "
             "'agentic_jax.apps')))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_episodes_import_neither_training_nor_evaluation():
+    above = ("agentic_jax.training", "agentic_jax.evaluation", "agentic_jax.serve",
+             "agentic_jax.apps", "agentic_jax.evaluate", "agentic_jax.train")
+    assert _importing("episodes", above) == []
+
+
+def test_evaluation_imports_nothing_of_training():
+    assert _importing("evaluation", ("agentic_jax.training", "agentic_jax.train")) == []
 
 
 def test_loading_onto_a_mesh_leaves_parallel_unimported():

@@ -3,7 +3,7 @@ server of it for a module's API tests."""
 
 import pytest
 
-from agentic_jax.inference import open_run
+from agentic_jax.episodes.open import open_run
 from agentic_jax.serve import ServeLimits
 from tests.serve.serve_testing import live_server
 from tests.train.train_testing import tiny_config

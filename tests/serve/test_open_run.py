@@ -7,11 +7,13 @@ import threading
 import pytest
 
 from agentic_jax.config import read_config
-from agentic_jax.inference import InferencePolicy, open_run
+from agentic_jax.episodes.open import open_run
+from agentic_jax.inference import InferencePolicy
 from agentic_jax.rl.state import restore_params
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import Job, RolloutWorker, ServeLimits, load_policy
-from agentic_jax.training.builders import build_policy, publish
+from agentic_jax.episodes.policy import build_policy
+from agentic_jax.inference import publish
 from agentic_jax.training.run import train
 from tests.train.train_testing import tiny_config
 
@@ -41,10 +43,10 @@ def _no_data(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("opening a policy for inference loaded training data")
 
-    for target in ("agentic_jax.training.problems.load_problems",
-                   "agentic_jax.training.problems.load_source",
-                   "agentic_jax.training.problems.load_benchmarks",
-                   "agentic_jax.training.problems.benchmark_problems",
+    for target in ("agentic_jax.episodes.problems.load_problems",
+                   "agentic_jax.episodes.problems.load_source",
+                   "agentic_jax.episodes.problems.load_benchmarks",
+                   "agentic_jax.episodes.problems.benchmark_problems",
                    "agentic_jax.data.sources.load_source",
                    "agentic_jax.data.curriculum.generate_curriculum",
                    "agentic_jax.data.benchmarks.load_benchmarks"):

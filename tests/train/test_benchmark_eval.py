@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from train_testing import tiny_config
 
-from agentic_jax.evaluation import held_out
-from agentic_jax.training.builders import build_policy
-from agentic_jax.training.problems import load_problems
 from agentic_jax.config import read_config
-from agentic_jax.training.episode_gather import pack_episodes, unpack_episodes
-from agentic_jax.training.run import train
+from agentic_jax.episodes.gather import pack_episodes, unpack_episodes
+from agentic_jax.episodes.policy import build_policy
+from agentic_jax.episodes.problems import load_problems
+from agentic_jax.episodes import sampling as sampling_lib
+from agentic_jax.episodes.sampling import sample_episodes
 from agentic_jax.rollout import SamplingParams
+from agentic_jax.training.run import train
 
 # Whole training runs: part of the slow suite (pytest -m slow).
 pytestmark = pytest.mark.slow
@@ -174,8 +175,8 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
     sampling = SamplingParams(temperature=1.0, top_p=0.9)
 
     def sample(batch_size):
-        return held_out.sample_episodes(policy, problems, num_samples=2, tools=True,
-                                          sampling=sampling, batch_size=batch_size)
+        return sample_episodes(policy, problems, num_samples=2, tools=True,
+                               sampling=sampling, batch_size=batch_size)
 
     whole = [_sampled(e) for e in sample(4)]
     assert len(whole) == 6 and [_sampled(e) for e in sample(5)] == whole
@@ -190,9 +191,9 @@ def test_sampled_episodes_are_the_same_in_host_shares(policy, monkeypatch):
         return episodes
 
     for host in (0, 1):
-        monkeypatch.setattr(held_out, "process_slice",
+        monkeypatch.setattr(sampling_lib, "process_slice",
                             lambda n, host=host: distributed.process_slice(n, host, 2))
-        monkeypatch.setattr(held_out, "gather_episodes", gather_as_host)
+        monkeypatch.setattr(sampling_lib, "gather_episodes", gather_as_host)
         sample(3)
     joined = {name: {key: np.concatenate([p[name][key] for p in packs]) for key in packs[0][name]}
               for name in packs[0]}

@@ -5,9 +5,10 @@ import pytest
 from train_testing import tiny_config
 
 from agentic_jax.config import read_config
+from agentic_jax.episodes import sampling
+from agentic_jax.episodes.policy import build_policy
 from agentic_jax.evaluation import held_out
 from agentic_jax.parallel import distributed
-from agentic_jax.training.builders import build_policy
 
 K = 2
 
@@ -42,7 +43,7 @@ def test_sampled_evaluation_is_the_same_in_chunks_and_in_shares(policy, monkeypa
         return {k: np.concatenate([t[k] for t in tables]) for k in table}
 
     for host in (0, 1):
-        monkeypatch.setattr(held_out, "process_slice",
+        monkeypatch.setattr(sampling, "process_slice",
                             lambda n, host=host: distributed.process_slice(n, host, 2))
         monkeypatch.setattr(held_out, "gather_rows", gather_as_host)
         result = _evaluate(policy, problems, batch_size=3)

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 
 from agentic_jax.data import Problem
+from agentic_jax.episodes.grading import grade
 from agentic_jax.reward import RewardConfig
 from agentic_jax.rollout import Episode
 from agentic_jax.sandbox import Sandbox, SandboxConfig
-from agentic_jax.training.rollouts import grade
 
 SEVEN = Problem(id="sum-7", stage="arithmetic", difficulty=0.1, question="What is 3 + 4?",
                 answer="7", solution_code="print(3 + 4)",

@@ -5,7 +5,8 @@ import pytest
 from train_testing import tiny_config
 
 from agentic_jax.config import read_config
-from agentic_jax.training.builders import build_policy, publish
+from agentic_jax.episodes.policy import build_policy
+from agentic_jax.inference import publish
 
 
 def _devices(tree):

@@ -17,12 +17,12 @@ import torch
 import transformers
 from flax import nnx
 
+from agentic_jax.config import read_config
 from agentic_jax.data.tokenizer import ASSET_DIR, IM_END, builtin_tokenizer
+from agentic_jax.episodes.problems import load_problems
 from agentic_jax.inference import encode_prompt
 from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
 from agentic_jax.training import builders
-from agentic_jax.training.problems import load_problems
-from agentic_jax.config import read_config
 from agentic_jax.training.run import train
 from agentic_jax.utils import read_metrics
 from configs import math_ppo
@@ -225,7 +225,7 @@ def test_lora_run_on_a_chat_model_exports_its_merged_policy(tmp_path):
 
 
 def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_dir):
-    from agentic_jax.training.model_defaults import with_model_defaults
+    from agentic_jax.episodes.model_defaults import with_model_defaults
 
     config = math_ppo.get_config()
     config.model.path = hf_dir
@@ -250,7 +250,7 @@ def test_a_model_path_takes_the_pretrained_defaults_the_command_line_leaves(hf_d
 
 
 def test_the_tiny_model_and_pretrained_variants_keep_their_values(hf_dir):
-    from agentic_jax.training.model_defaults import with_model_defaults
+    from agentic_jax.episodes.model_defaults import with_model_defaults
 
     tiny = math_ppo.get_config()
     assert with_model_defaults(tiny, {}) == (tiny, [])

@@ -1,7 +1,7 @@
 """The held-out set of a run over several stages."""
 
 from agentic_jax.data.problem import Problem
-from agentic_jax.training.problems import held_out
+from agentic_jax.episodes.problems import held_out
 
 
 def _problems(stage: str, n: int) -> list[Problem]:
@@ -30,7 +30,7 @@ def test_eval_limit_keeps_the_first_problems_of_each_benchmark(tmp_path):
     import json
 
     from agentic_jax.config import read_config
-    from agentic_jax.training.problems import load_problems
+    from agentic_jax.episodes.problems import load_problems
     from configs import math_ppo
 
     path = tmp_path / "gsm8k.jsonl"
@@ -63,7 +63,7 @@ def test_the_gsm8k_recipe_sets_its_warm_start_apart_from_rl_and_the_test_set(tmp
     import logging
 
     from agentic_jax.config import read_config
-    from agentic_jax.training.problems import load_problems
+    from agentic_jax.episodes.problems import load_problems
     from configs import math_ppo
 
     config = math_ppo.get_config("smollm2-135m-gsm8k")

@@ -119,7 +119,7 @@ def test_packing_needs_token_mean_aggregation():
 
 
 def test_rollout_devices_must_leave_the_trainer_a_device():
-    from agentic_jax.training.builders import build_policy
+    from agentic_jax.episodes.policy import build_policy
 
     cfg = read_config(tiny_config(**{"mesh.rollout_devices": 8}))  # the tests have 8 devices
     with pytest.raises(ConfigError, match="^mesh.rollout_devices: expected fewer than the 8"):
@@ -154,7 +154,7 @@ def test_derived_library_fields():
 
 
 def test_a_run_directory_remembers_its_config(tmp_path):
-    from agentic_jax.training import rundir
+    from agentic_jax.episodes import rundir
 
     recorded = math_ppo.get_config("smoke")
     recorded.data.template = "chat"
@@ -184,7 +184,7 @@ def test_a_run_directory_remembers_its_config(tmp_path):
 
 
 def test_no_record_and_no_config_is_an_error(tmp_path):
-    from agentic_jax.training import rundir
+    from agentic_jax.episodes import rundir
 
     with pytest.raises(ConfigError, match="no config.json"):
         rundir.with_record(None, str(tmp_path), {})

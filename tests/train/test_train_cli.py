@@ -48,7 +48,7 @@ def test_bad_input_is_one_line_and_leaves_the_workdir_alone(tmp_path, flags, nam
 
 
 def test_resuming_with_another_model_is_refused(tmp_path):
-    from agentic_jax.training import rundir
+    from agentic_jax.episodes import rundir
     from configs.math_ppo import get_config
 
     workdir = tmp_path / "run"
@@ -67,7 +67,7 @@ def test_resuming_with_another_model_is_refused(tmp_path):
 _FAILING_RUN = textwrap.dedent("""
     import sys
     from agentic_jax.errors import UserError
-    from agentic_jax.training import rundir
+    from agentic_jax.episodes import rundir
 
     kind = sys.argv.pop()
 

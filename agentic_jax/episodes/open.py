@@ -10,7 +10,9 @@ from typing import Any
 
 import ml_collections
 
-from agentic_jax.config import RunConfig
+from agentic_jax.config import RunConfig, read_config
+from agentic_jax.episodes import rundir
+from agentic_jax.episodes.model_defaults import with_model_defaults
 from agentic_jax.errors import UserError
 from agentic_jax.inference.policy import InferencePolicy, build_inference, publish
 
@@ -30,9 +32,6 @@ def run_config(config: ml_collections.ConfigDict | None, workdir: str | None,
     """The settings `open_run` builds with: the run's, without its periodic held-out evaluation
     (never run here) and sampling on the trainer's devices (nothing trains here for a sampler
     of its own to overlap with). FileNotFoundError: ``workdir`` has no checkpoints."""
-    from agentic_jax.config import read_config
-    from agentic_jax.training import rundir
-
     if workdir:
         if not has_checkpoints(workdir):
             raise FileNotFoundError(f"--workdir={workdir!r}: no checkpoints/ directory")
@@ -41,8 +40,6 @@ def run_config(config: ml_collections.ConfigDict | None, workdir: str | None,
     elif config is None:
         raise UserError("--workdir or --config: expected a run directory or a config")
     else:
-        from agentic_jax.training.model_defaults import with_model_defaults
-
         config, chosen = with_model_defaults(config, overrides or {})
         for line in chosen:
             print(line, flush=True)

@@ -18,7 +18,7 @@ from typing import Any
 import ml_collections
 
 from agentic_jax.config import read_config
-from agentic_jax.training import rundir
+from agentic_jax.episodes import rundir
 from agentic_jax.utils import read_json
 
 
@@ -34,7 +34,7 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
     from agentic_jax.models.hf_config import config_from_hf
     from agentic_jax.models.pretrained import pretrained_defaults
     from agentic_jax.inference.policy import run_tokenizer
-    from agentic_jax.training.problems import encode_prompt, load_problems
+    from agentic_jax.episodes.problems import encode_prompt, load_problems
 
     before, config = config, ml_collections.ConfigDict(config.to_dict())  # the given one stays
     tokenizer = run_tokenizer(cfg)
