@@ -48,9 +48,12 @@ def main(argv: list[str]) -> int:
     try:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)
+        # After the runtime is initialised:
         from agentic_jax.episodes import rundir
         from agentic_jax.episodes.model_defaults import with_model_defaults
-        from agentic_jax.training.run import train  # after the runtime is initialised
+        from agentic_jax.evaluation.benchmarks import evaluate_in_training
+        from agentic_jax.evaluation.held_out import evaluate
+        from agentic_jax.training.run import Evaluators, train
 
         overrides = (config_flags.get_override_values(flags.FLAGS["config"])
                      if _CONFIG.value is not None else {})
@@ -60,7 +63,8 @@ def main(argv: list[str]) -> int:
         for line in chosen:
             print(line, flush=True)
         progress = _PROGRESS.value and bool(config.logging.progress)
-        summary = train(config, workdir, progress=progress)
+        summary = train(config, workdir, progress=progress, evaluators=Evaluators(
+            held_out=evaluate, benchmarks=evaluate_in_training))
     except USER_ERRORS as err:  # bad input: one line, exit code 2; a bug keeps its traceback
         print(f"error: {err}", file=sys.stderr)
         return 2

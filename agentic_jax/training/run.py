@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -30,8 +31,7 @@ from tqdm.auto import tqdm
 from agentic_jax.config import read_config, resolve_off_policy
 from agentic_jax.episodes import rundir
 from agentic_jax.episodes.metrics import episode_summary
-from agentic_jax.evaluation.benchmarks import evaluate_in_training
-from agentic_jax.evaluation.held_out import evaluate
+from agentic_jax.episodes.policy import Policy
 from agentic_jax.parallel import agree, is_main_process
 from agentic_jax.rl import state as state_lib
 from agentic_jax.rl.state import HostState, TrainState
@@ -54,7 +54,21 @@ UNIFORM_REWARD_STEPS = 3
 SUMMARY_KEYS = ("reward", "accuracy", "code_use_rate", "tool_calls", "response_length", "kl")
 
 
-def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True) -> dict:
+class Evaluators(NamedTuple):
+    """How the run evaluates its policy, given by the caller (the train command passes
+    `agentic_jax.evaluation`'s: training imports nothing of evaluation).
+
+    held_out(policy, tools=bool) -> the held-out figures (accuracy, code use, ...) of the
+    starting and the final policy (``initial_eval.json``, ``summary.json``);
+    benchmarks(policy, workdir, step, total_steps) -> the step's "eval/<name>/<metric>"
+    figures ({} at a step ``eval.every_steps`` does not evaluate)."""
+
+    held_out: Callable[..., dict[str, float]]
+    benchmarks: Callable[[Policy, str, int, int], dict[str, float]]
+
+
+def train(config: ml_collections.ConfigDict, workdir: str, *, evaluators: Evaluators,
+          progress: bool = True) -> dict:
     """Runs (or resumes) training in ``workdir``; returns the summary (also in summary.json).
 
     Every config value is checked before anything is written; resuming checkpoints of another
@@ -70,14 +84,14 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     if lock is not None and lock.taken_over:
         _say(f"took over {lock.path} from a run no longer running: {describe(lock.taken_over)}")
     try:
-        return _train(config, cfg, workdir, off_policy, began, progress)
+        return _train(config, cfg, workdir, off_policy, began, progress, evaluators)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy: Any,
-           began: float, progress: bool) -> dict:
+           began: float, progress: bool, evaluators: Evaluators) -> dict:
     run, state = build_run(cfg)
     checkpointer = None
     try:
@@ -103,9 +117,11 @@ def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy
         checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                                     every_steps=c.every_steps, keep=c.keep,
                                     async_save=c.async_save)
-        state, info = _resume_or_start(run, state, checkpointer, workdir, progress)
-        state = _train_loop(run, state, checkpointer, workdir, num_params, progress)
-        summary = _finish(run, workdir, info, num_params, state.step_int, began)
+        state, info = _resume_or_start(run, state, checkpointer, workdir, progress, evaluators)
+        state = _train_loop(run, state, checkpointer, workdir, num_params, progress,
+                            evaluators.benchmarks)
+        summary = _finish(run, workdir, info, num_params, state.step_int, began,
+                          evaluators.held_out)
         if jax.default_backend() == "cpu" and jax.process_count() == 1:
             # Host memory holds the weights only on a one-process CPU run.
             peak, steps = summary["peak_rss_mb"], summary.get("peak_rss_mb_rl")
@@ -137,7 +153,7 @@ def host_state(run: Run) -> HostState:
 
 
 def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
-                     progress: bool) -> tuple[TrainState, dict]:
+                     progress: bool, evaluators: Evaluators) -> tuple[TrainState, dict]:
     restored = state_lib.restore(checkpointer, state, run.shardings)
     init_path = os.path.join(workdir, INITIAL_EVAL)
     if restored is not None:
@@ -149,16 +165,16 @@ def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, wo
         # Process 0 decides (a file may show up on one host's view of the disk before another's).
         if agree(os.path.exists(init_path)):
             return state, read_json(init_path)
-    state, info = _start(run, state, workdir, progress)
-    evaluate_in_training(run.policy, workdir, 0, run.cfg.training.total_steps)
+    state, info = _start(run, state, workdir, progress, evaluators.held_out)
+    evaluators.benchmarks(run.policy, workdir, 0, run.cfg.training.total_steps)
     state_lib.save(checkpointer, state, host_state(run), force=True)
     if is_main_process():
         write_json(init_path, info)
     return state, info
 
 
-def _start(run: Run, state: TrainState, workdir: str,
-           progress: bool) -> tuple[TrainState, dict]:
+def _start(run: Run, state: TrainState, workdir: str, progress: bool,
+           held_out: Callable[..., dict[str, float]]) -> tuple[TrainState, dict]:
     """A fresh run's starting policy: another run's weights (checkpoint.init_from), a warm
     start, or the model as built; evaluated, then frozen as the KL reference."""
     cfg, info = run.cfg, {}
@@ -181,23 +197,24 @@ def _start(run: Run, state: TrainState, workdir: str,
                  f"{cfg.warmstart.steps} steps, loss {metrics['warmstart/first_loss']:.3f} -> "
                  f"{metrics['warmstart/loss']:.3f}, {metrics['warmstart/time_s']:.0f} s")
     publish(run.policy, params)
-    info["initial"] = evaluate_both(run, workdir, 0)
+    info["initial"] = evaluate_both(run, held_out, workdir, 0)
     return state_lib.with_reference(state.replace(params=params), cfg.rl.needs_reference), info
 
 
-def evaluate_both(run: Run, workdir: str | None = None,
-                  step: int = 0) -> dict[str, dict[str, float]]:
-    """Held-out accuracy with and without tools; with ``workdir`` a few of the held-out
-    episodes also go to its transcripts.jsonl."""
-    out = {"tools": evaluate(run.policy, tools=True),
-           "direct": evaluate(run.policy, tools=False)}
+def evaluate_both(run: Run, held_out: Callable[..., dict[str, float]],
+                  workdir: str | None = None, step: int = 0) -> dict[str, dict[str, float]]:
+    """Held-out accuracy with and without tools (`Evaluators.held_out`); with ``workdir`` a few
+    of the held-out episodes also go to its transcripts.jsonl."""
+    out = {"tools": held_out(run.policy, tools=True),
+           "direct": held_out(run.policy, tools=False)}
     if workdir is not None:
         transcripts.from_evaluation(run.policy, workdir, step)
     return out
 
 
 def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
-                num_params: int, progress: bool) -> TrainState:
+                num_params: int, progress: bool,
+                benchmarks: Callable[[Policy, str, int, int], dict[str, float]]) -> TrainState:
     cfg = run.cfg
     total = cfg.training.total_steps
     writer = MetricsWriter(workdir, enabled=is_main_process(),
@@ -222,7 +239,7 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 metrics["uniform_reward_steps"] = flat
                 if flat == UNIFORM_REWARD_STEPS:
                     _say(_uniform_reward_warning(flat, metrics), bar if progress else None)
-                metrics.update(evaluate_in_training(run.policy, workdir, step, total))
+                metrics.update(benchmarks(run.policy, workdir, step, total))
                 if step % cfg.logging.every_steps == 0 or step == total:
                     writer.write(step, metrics)
                     _say(_summary_line(step, metrics), bar if progress else None)
@@ -294,8 +311,8 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
 
 
 def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
-            began: float) -> dict:
-    final = evaluate_both(run, workdir, steps)
+            began: float, held_out: Callable[..., dict[str, float]]) -> dict:
+    final = evaluate_both(run, held_out, workdir, steps)
     records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     initial = info["initial"]
     summary = {

@@ -63,8 +63,10 @@ def test_episodes_import_neither_training_nor_evaluation():
     assert _importing("episodes", above) == []
 
 
-def test_evaluation_imports_nothing_of_training():
+def test_training_and_evaluation_import_nothing_of_each_other():
+    # The train command hands the run its evaluators (`training.run.Evaluators`).
     assert _importing("evaluation", ("agentic_jax.training", "agentic_jax.train")) == []
+    assert _importing("training", ("agentic_jax.evaluation", "agentic_jax.evaluate")) == []
 
 
 def test_loading_onto_a_mesh_leaves_parallel_unimported():

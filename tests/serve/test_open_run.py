@@ -14,8 +14,7 @@ from agentic_jax.rollout import SamplingParams
 from agentic_jax.serve import Job, RolloutWorker, ServeLimits, load_policy
 from agentic_jax.episodes.policy import build_policy
 from agentic_jax.inference import publish
-from agentic_jax.training.run import train
-from tests.train.train_testing import tiny_config
+from tests.train.train_testing import tiny_config, train
 
 _TWO_STEPS = {"training.total_steps": 2}  # past the tiny config's one warm-up step
 _MESSAGES = [{"role": "user", "content": "What is 12 + 30?"}]

@@ -10,8 +10,7 @@ import time
 import httpx
 import pytest
 
-from agentic_jax.training.run import train
-from tests.train.train_testing import tiny_config
+from tests.train.train_testing import tiny_config, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -8,10 +8,11 @@ import json
 import os
 
 import pytest
-from train_testing import comparable, tiny_config
+from train_testing import comparable, tiny_config, train
 
-from agentic_jax.training import run as run_lib
-from agentic_jax.training.run import train
+from agentic_jax.evaluation.benchmarks import evaluate_in_training
+from agentic_jax.evaluation.held_out import evaluate
+from agentic_jax.training.run import Evaluators
 from agentic_jax.utils import read_metrics
 
 pytestmark = pytest.mark.slow  # several training runs
@@ -51,7 +52,7 @@ def test_zero_staleness_is_the_synchronous_run(tmp_path):
         assert [comparable(r) for r in records] == sync, mode
 
 
-def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
+def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path):
     config = _config(**{"rl.async_mode": "one_step_off"})
     whole = str(tmp_path / "whole")
     train(config, whole, progress=False)
@@ -67,17 +68,15 @@ def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path, monkeypatch):
     assert records[2]["is_weight_max"] < 1 + 1e-4 < records[3]["is_weight_max"]
 
     killed = str(tmp_path / "killed")
-    evaluate = run_lib.evaluate_in_training
 
     def die_at_step_3(policy, workdir, step, total):
         if step == 3:  # after step 3's update, with step 4's rollout running
             raise KeyboardInterrupt
-        return evaluate(policy, workdir, step, total)
+        return evaluate_in_training(policy, workdir, step, total)
 
-    monkeypatch.setattr(run_lib, "evaluate_in_training", die_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        train(config, killed, progress=False)
-    monkeypatch.setattr(run_lib, "evaluate_in_training", evaluate)
+        train(config, killed, progress=False,
+              evaluators=Evaluators(held_out=evaluate, benchmarks=die_at_step_3))
     train(config, killed, progress=False)
     assert [comparable(r) for r in _records(killed)] == [comparable(r) for r in records]
 

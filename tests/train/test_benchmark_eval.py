@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from train_testing import tiny_config
+from train_testing import tiny_config, train
 
 from agentic_jax.config import read_config
 from agentic_jax.episodes.gather import pack_episodes, unpack_episodes
@@ -21,7 +21,6 @@ from agentic_jax.episodes.problems import load_problems
 from agentic_jax.episodes import sampling as sampling_lib
 from agentic_jax.episodes.sampling import sample_episodes
 from agentic_jax.rollout import SamplingParams
-from agentic_jax.training.run import train
 
 # Whole training runs: part of the slow suite (pytest -m slow).
 pytestmark = pytest.mark.slow

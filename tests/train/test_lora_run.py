@@ -11,10 +11,9 @@ from flax import nnx
 from agentic_jax.rl import state as state_lib
 from agentic_jax.training.builders import build_run, publish
 from agentic_jax.config import read_config
-from agentic_jax.training.run import train
 from agentic_jax.rl.shardings import params_and_rest
 from agentic_jax.utils import Checkpointer, read_metrics
-from train_testing import comparable, tiny_config
+from train_testing import comparable, tiny_config, train
 
 # Whole training runs: part of the slow suite (pytest -m slow).
 pytestmark = pytest.mark.slow

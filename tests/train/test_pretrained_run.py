@@ -23,11 +23,10 @@ from agentic_jax.episodes.problems import load_problems
 from agentic_jax.inference import encode_prompt
 from agentic_jax.models.pretrained import PRETRAINED_LR, WARMSTART_LR, WARMSTART_STEPS
 from agentic_jax.training import builders
-from agentic_jax.training.run import train
 from agentic_jax.utils import read_metrics
 from configs import math_ppo
 from tests.models.hf_testing import randomise
-from train_testing import tiny_config
+from train_testing import tiny_config, train
 
 HIDDEN = 32
 

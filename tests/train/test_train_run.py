@@ -15,14 +15,13 @@ from agentic_jax.training import run as run_lib
 from agentic_jax.rl import state as state_lib
 from agentic_jax.training.builders import build_run
 from agentic_jax.config import read_config
-from agentic_jax.training.run import train
 from agentic_jax.training.preemption import RunStopped
 from agentic_jax.training.update import TrainingDiverged
 from agentic_jax.utils import Checkpointer
 from agentic_jax.utils import read_metrics
 from agentic_jax.utils.checkpoint import CheckpointSaveError
 from agentic_jax.utils.run_lock import WorkdirBusy, WorkdirLock
-from train_testing import comparable, tiny_config
+from train_testing import comparable, tiny_config, train
 
 REQUIRED = ("step", "reward", "accuracy", "code_use_rate", "exec_success_rate", "tool_calls",
             "response_length", "kl", "entropy", "tokens_per_sec")

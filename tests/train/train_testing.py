@@ -35,3 +35,14 @@ def tiny_config(**overrides) -> ml_collections.ConfigDict:
 def comparable(record: dict) -> dict:
     """A metrics record without wall-clock figures (which differ between identical runs)."""
     return {k: v for k, v in record.items() if not k.startswith(TIMING_KEYS)}
+
+
+def train(config: ml_collections.ConfigDict, workdir: str, **kwargs) -> dict:
+    """`agentic_jax.training.run.train` with the evaluation package's evaluators, as the train
+    command runs it."""
+    from agentic_jax.evaluation.benchmarks import evaluate_in_training
+    from agentic_jax.evaluation.held_out import evaluate
+    from agentic_jax.training.run import Evaluators, train as train_run
+
+    kwargs.setdefault("evaluators", Evaluators(held_out=evaluate, benchmarks=evaluate_in_training))
+    return train_run(config, workdir, **kwargs)
