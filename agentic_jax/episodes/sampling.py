@@ -15,7 +15,7 @@ from agentic_jax.episodes.grading import row_specs
 from agentic_jax.episodes.policy import Policy
 from agentic_jax.errors import UserError
 from agentic_jax.parallel import process_slice
-from agentic_jax.rollout import Episode, SamplingParams, ToolController
+from agentic_jax.rollout import Episode, SamplingParams
 
 
 def eval_batch_size(policy: Policy) -> int:
@@ -49,9 +49,7 @@ def rollout_share(policy: Policy, problems: list[Problem], k: int, tools: bool,
     """This host's jobs (its share of ``problems``, each ``k`` times) and their episodes."""
     share = process_slice(len(problems))
     jobs = [p for p in problems[share] for _ in range(k)]
-    e = policy.cfg.environment
-    controller = ToolController(max_tool_calls=e.max_tool_calls, timeout_ms=e.timeout,
-                                mode="fixed" if tools else "forbidden")
+    controller = policy.controller("fixed" if tools else "forbidden")
     agent = policy.agent(controller, dataclasses.replace(policy.agent_cfg, sampling=sampling))
     rng = jax.random.key(policy.cfg.seed)
     # One split for the whole set (its size kept from when a final chunk was padded to a full

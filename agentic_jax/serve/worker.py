@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentic_jax.rollout import Episode, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout import Episode, RowSpec, SamplingParams
 from agentic_jax.serve.fair_queue import LOCAL, FairQueue
 from agentic_jax.serve.schema import ServeLimits
 
@@ -112,9 +112,7 @@ class RolloutWorker:
     def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
         self.policy, self.limits = policy, limits
         self.stats = WorkerStats()
-        e = policy.cfg.environment
-        self.agent = policy.agent(ToolController(max_tool_calls=e.max_tool_calls,
-                                                 timeout_ms=e.timeout, mode="fixed"))
+        self.agent = policy.agent(policy.controller("fixed"))
         self.service = self.agent.service
         self._pending: FairQueue[Ticket] = FairQueue(limits.max_queue)
         self._running: dict[int, tuple[Ticket, int]] = {}   # handle -> (ticket, choice)
