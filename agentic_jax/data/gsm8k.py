@@ -1,11 +1,11 @@
 """GSM8K: the shipped official files, and Python programs from its calculator annotations.
 
-    problems = load_gsm8k("train")                  # 7,473 problems (assets/gsm8k/train.jsonl)
+    problems = load_gsm8k("train")                  # 7,473 problems (corpora/gsm8k/train.jsonl)
     problems = load_gsm8k("test", path="/d/gsm8k")   # a directory of train.jsonl / test.jsonl
     calc_program("48/2 = <<48/2=24>>24 ... #### 72")  # -> "step1 = 48 / 2\\n...print(step2)"
 
 The package ships GSM8K's two files as the openai/grade-school-math repository publishes them
-(MIT licence, ``assets/gsm8k/LICENSE``), so ``data.source=gsm8k`` and ``--benchmarks=gsm8k``
+(MIT licence, ``corpora/gsm8k/LICENSE``), so ``data.source=gsm8k`` and ``--benchmarks=gsm8k``
 work offline on a fresh clone: 4.9 MB, and no tfds or ``datasets`` preparation step that needs a
 network. Rows are ``{"question", "answer"}``, the answer a worked solution whose calculator
 steps are annotated ``<<48/2=24>>`` and whose last line is ``#### 72``.
@@ -33,7 +33,7 @@ from agentic_jax.data.sources import SourceStats, normalise_gsm8k_answer, numeri
 from agentic_jax.data.table_files import read_rows
 from agentic_jax.errors import UserError
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "assets" / "gsm8k"
+SHIPPED_DIR = Path(__file__).resolve().parent / "corpora" / "gsm8k"
 SPLITS = ("train", "test")
 SIZES = {"train": 7473, "test": 1319}
 
