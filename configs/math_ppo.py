@@ -358,6 +358,20 @@ def _smollm2_tools(c: ml_collections.ConfigDict) -> None:
     c.warmstart.tool_fraction = 0.3
 
 
+def _grpo_one_update(c: ml_collections.ConfigDict, *, prompts: int, steps: int, lr: float,
+                     max_length: int) -> None:
+    """GRPO (no critic to learn from scratch) with one update of the whole batch per step: the
+    real-model recipes' RL, sized for 2 CPU cores."""
+    c.rl.algorithm = "grpo"
+    c.model.value_head = False
+    c.training.batch_size = prompts
+    c.training.total_steps = steps
+    c.training.ppo_epochs = 1
+    c.training.minibatches = 1
+    c.training.lr = lr
+    c.training.max_length = max_length
+
+
 def _smollm2_rl(c: ml_collections.ConfigDict) -> None:
     """The warm-started SmolLM2 under RL on problems where Python clearly wins: products of up
     to 9 digits and powers of up to 30, which the model rarely gets right in its head. Sized
@@ -368,14 +382,7 @@ def _smollm2_rl(c: ml_collections.ConfigDict) -> None:
     c.data.kinds = ("product", "power")
     c.data.max_difficulty = 1.0
     c.data.eval_size = 32
-    c.rl.algorithm = "grpo"
-    c.model.value_head = False
-    c.training.batch_size = 8
-    c.training.total_steps = 30
-    c.training.ppo_epochs = 1
-    c.training.minibatches = 1
-    c.training.lr = 5e-6
-    c.training.max_length = 256
+    _grpo_one_update(c, prompts=8, steps=30, lr=5e-6, max_length=256)
 
 
 def _smollm2_rl_lora(c: ml_collections.ConfigDict) -> None:
@@ -401,15 +408,8 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.warmstart.steps = 100
     c.warmstart.batch_size = 8
     c.warmstart.tool_fraction = 1.0
-    c.rl.algorithm = "grpo"
-    c.model.value_head = False
     c.rl.group_size = 8  # rare successes on word problems: more samples per prompt
-    c.training.batch_size = 4
-    c.training.total_steps = 30
-    c.training.ppo_epochs = 1
-    c.training.minibatches = 1
-    c.training.lr = 2e-6
-    c.training.max_length = 512
+    _grpo_one_update(c, prompts=4, steps=30, lr=2e-6, max_length=512)
     c.rollout.prefix_caching = True  # every prompt starts with the same system instruction
     c.checkpoint.every_steps = 5
 
