@@ -19,6 +19,15 @@ MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
 def _start(policy, drain_s):
     service = Service.start(policy, ServeLimits(max_tokens=64, max_batch_rows=1,
                                                 batch_wait_ms=0))
+    # Each engine step takes at least 0.25 s, so a request stays in flight long enough to be
+    # seen there on a fast machine too (the tiny model decodes 64 tokens in milliseconds).
+    rollout, step = service.worker.service, service.worker.service.step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.25)
+        return step(*args, **kwargs)
+
+    rollout.step = slow_step
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = DrainingServer(uvicorn.Config(create_app(service), log_level="warning"),
@@ -28,6 +37,13 @@ def _start(policy, drain_s):
     while not server.started:
         time.sleep(0.02)
     return f"http://127.0.0.1:{sock.getsockname()[1]}", service, server, thread
+
+
+def _wait_until(condition, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the requests were never in flight together"
+        time.sleep(0.005)
 
 
 def _chat(url, max_tokens):
@@ -41,8 +57,7 @@ def test_sigterm_finishes_requests_in_flight_and_refuses_new_ones(tiny_policy):
         assert _chat(url, 4).status_code == 200  # compiled before anything is timed
         with cf.ThreadPoolExecutor(2) as pool:
             running = [pool.submit(_chat, url, 48) for _ in range(2)]
-            while service.drain.in_flight < 2:
-                time.sleep(0.01)
+            _wait_until(lambda: service.drain.in_flight >= 2)
             server.handle_exit(signal.SIGTERM, None)
             signalled = time.monotonic()
             refused = _chat(url, 4)
@@ -66,9 +81,7 @@ def test_a_request_longer_than_the_drain_does_not_hold_the_exit(tiny_policy):
     try:
         with cf.ThreadPoolExecutor(1) as pool:
             long = pool.submit(_chat, url, 64)
-            while service.drain.in_flight < 1:
-                time.sleep(0.001)
-            # At once: the tiny model can finish 64 tokens within a few hundred milliseconds.
+            _wait_until(lambda: service.drain.in_flight >= 1)
             server.handle_exit(signal.SIGTERM, None)
             signalled, in_flight = time.monotonic(), service.drain.in_flight
             thread.join(timeout=30)
