@@ -23,6 +23,7 @@ reference answer; ``tools/gsm8k_programs.py`` counts how many of the 7,473 conve
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import re
 from fractions import Fraction
@@ -177,8 +178,6 @@ def load_gsm8k(split: str, *, path: str | os.PathLike | None = None,
             stats.skip(row.where, str(err))
     stats.loaded = len(problems)
     if stats.skipped:
-        import logging
-
         logging.warning("gsm8k %s (%s): skipped %d malformed rows, loaded %d", split, file,
                         stats.skipped, stats.loaded)
     return problems

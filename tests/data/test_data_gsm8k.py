@@ -125,10 +125,11 @@ def test_programs_run_in_the_sandbox_and_only_those_printing_the_answer_are_kept
     assert [prints_answer(p, r.stdout) for p, r in
             zip([p for p in problems if p.solution_code], results)] == [True, True, False]
 
+    printed = {p.solution_code: r.stdout if r.ok else None
+               for p, r in zip([p for p in problems if p.solution_code], results)}
+
     def run_code(codes):
-        return [r.stdout if r.ok else None for r in
-                [next(x for x, p in zip(results, [q for q in problems if q.solution_code])
-                      if p.solution_code == c) for c in codes]]
+        return [printed[c] for c in codes]
 
     class Tok:
         def encode(self, text, add_special_tokens=False):
