@@ -26,13 +26,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
+import bench_clock
 from agentic_jax.models import Transformer, from_pretrained, get_preset
 from agentic_jax.rollout import RowSpec, SamplingParams, generate
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
@@ -90,25 +89,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def median_seconds(fns: list[Callable[[], Any]], repeats: int,
-                   warmup: bool = True) -> list[float]:
-    """Median wall seconds of each of `fns` over `repeats` rounds, after one warm-up call each
-    (unless the caller has warmed them up).
-
-    The functions are timed in turns within every round, so that load from other processes on
-    the machine falls on all of them alike rather than on whichever ran during a busy spell.
-    """
-    for fn in fns if warmup else ():
-        fn()
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, times in zip(fns, samples):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return [statistics.median(times) for times in samples]
-
-
 # ------------------------------------------------------------------------ ours vs transformers
 
 
@@ -158,17 +138,20 @@ def bench_vs_transformers(args: argparse.Namespace) -> None:
     tokens = args.batch * args.new_tokens
     print(f"model: Qwen2 4 layers, hidden 256, 8/2 heads, vocab 1024, float32; batch "
           f"{args.batch}, prompt {args.prompt_len}, new tokens {args.new_tokens}; median of "
-          f"{args.repeats}")
+          f"{args.repeats}, interleaved")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.device_count()} devices); "
-          f"torch {torch.__version__} with {torch.get_num_threads()} threads")
-    print(f"{'mode':<8} {'engine tok/s':>12} {'HF tok/s':>12} {'engine/HF':>9}")
+          f"torch {torch.__version__} with {torch.get_num_threads()} threads; "
+          f"{bench_clock.machine_line()}")
     for mode, temperature in (("greedy", 0.0), ("sampled", 1.0)):
         run_ours = functools.partial(generate, ours, prompt_lists,
                                      max_new_tokens=args.new_tokens, temperature=temperature)
         run_hf = functools.partial(hf_generate, hf, prompts, args.new_tokens,
                                    sample=temperature > 0)
-        ours_s, hf_s = median_seconds([run_ours, run_hf], args.repeats)
-        print(f"{mode:<8} {tokens / ours_s:>12.0f} {tokens / hf_s:>12.0f} {hf_s / ours_s:>8.2f}x")
+        sides = bench_clock.interleaved({"HF generate": run_hf, "ours: generate": run_ours},
+                                        args.repeats)
+        print(f"{mode}:")
+        for line in bench_clock.table(sides, dict.fromkeys(sides, tokens), ["HF generate"]):
+            print("  " + line)
         if mode == "greedy":
             agree = np.mean(np.asarray(run_ours()) == run_hf())
             print(f"         greedy tokens equal to HF's: {agree:.1%}")
@@ -333,7 +316,7 @@ def bench_longtail(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as directory:
         hf = hf_model(directory, args.vocab)
         ours = from_pretrained(directory, dtype="float32")
-    bench_generate_longtail.run(args, hf, ours, median_seconds)
+    bench_generate_longtail.run(args, hf, ours)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -341,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.model:
         import bench_generate_real
 
-        bench_generate_real.run(args, median_seconds)
+        bench_generate_real.run(args)
     elif args.workload == "longtail":
         bench_longtail(args)
     elif args.gpu_preset:

@@ -18,6 +18,7 @@ import time
 import jax
 import numpy as np
 
+import bench_clock
 from agentic_jax.rollout import generate
 from agentic_jax.rollout.engine import EngineConfig, page_bytes
 
@@ -104,7 +105,7 @@ def greedy_agreement(hf, model, prompts, new_tokens: int) -> float:
     return float(np.mean(np.asarray(ours) == np.asarray(expected)))
 
 
-def run(args: argparse.Namespace, hf, model, median_seconds) -> None:
+def run(args: argparse.Namespace, hf, model) -> None:
     import torch
 
     prompts, stops = workload(args)
@@ -128,20 +129,18 @@ def run(args: argparse.Namespace, hf, model, median_seconds) -> None:
         tokens[name] = fn()
         print(f"warm-up {name}: {tokens[name]} tokens in {time.perf_counter() - start:.1f} s",
               flush=True)
-    seconds = median_seconds(list(fns.values()), args.repeats, warmup=False)
-    rate = {name: tokens[name] / s for name, s in zip(fns, seconds)}
+    sides = bench_clock.interleaved(fns, args.repeats, warmup=False)
+    rate = {name: tokens[name] / sides[name].wall for name in fns}
     lengths = [len(p) for p in prompts]
     print(f"longtail: {len(prompts)} prompts of {min(lengths)}..{max(lengths)} tokens, "
           f"temperature 1, {len(stops)} stop ids in a {args.vocab} vocabulary, cap {cap}; "
-          f"Qwen2 4 layers, hidden 256, 8/2 heads, float32; median of {args.repeats}")
+          f"Qwen2 4 layers, hidden 256, 8/2 heads, float32; median of {args.repeats}, interleaved")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; torch {torch.__version__} "
           f"with {torch.get_num_threads()} threads; engine: page {ps}, {kv_pages} pages, "
-          f"{args.decode_steps} decode steps per round trip")
-    print(f"{'':<24} {'tokens':>7} {'tok/s':>8} {'vs HF gen':>10} {'vs HF CB':>9}")
-    for name in fns:
-        print(f"{name:<24} {tokens[name]:>7} {rate[name]:>8.0f} "
-              f"{rate[name] / rate['HF generate (static)']:>9.2f}x "
-              f"{rate[name] / rate['HF generate_batch (CB)']:>8.2f}x")
+          f"{args.decode_steps} decode steps per round trip; {bench_clock.machine_line()}")
+    for line in bench_clock.table(sides, tokens, ["HF generate (static)",
+                                                  "HF generate_batch (CB)"]):
+        print(line)
     best = max(cfgs, key=lambda n: rate[f"ours: engine {n} slots"])
     stats = engine_stats(model, prompts, stops, cap, cfgs[best])
     print(f"engine with {best} slots (the fastest above):")
@@ -154,4 +153,4 @@ def run(args: argparse.Namespace, hf, model, median_seconds) -> None:
           f"{stats['decode_s']:.2f} s, {stats['decode_calls']:.0f} decode round trips")
     agree = greedy_agreement(hf, model, prompts[:8], 48)
     print(f"greedy tokens equal to HF's (8 prompts x 48 tokens): {agree:.1%}")
-    print("median seconds: " + ", ".join(f"{n} {s:.2f}" for n, s in zip(fns, seconds)))
+    print("median seconds: " + ", ".join(f"{n} {sides[n].wall:.2f}" for n in fns))

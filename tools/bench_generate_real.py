@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import bench_clock
 from agentic_jax.rollout.engine import EngineConfig
 
 WORKLOADS = {"chat": dict(prompts=32, cap=128, slots=32),
@@ -165,7 +167,7 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
              f"HF / plain = {hf_cpu / best_cpu:.2f})" if hf is not None else ""), flush=True)
 
 
-def run(args: argparse.Namespace, median_seconds) -> None:
+def run(args: argparse.Namespace) -> None:
     import torch
     import transformers
 
@@ -210,16 +212,14 @@ def run(args: argparse.Namespace, median_seconds) -> None:
             tokens[label] = fn()
             print(f"warm-up {label}: {tokens[label]} tokens in "
                   f"{time.perf_counter() - start:.1f} s", flush=True)
-        seconds = median_seconds(list(fns.values()), args.repeats, warmup=False)
-        rate = {label: tokens[label] / s for label, s in zip(fns, seconds)}
+        sides = bench_clock.interleaved(fns, args.repeats, warmup=False)
         lengths = [len(p) for p in prompts]
         print(f"{name}: {len(prompts)} chat prompts of {min(lengths)}..{max(lengths)} tokens, "
-              f"temperature 1, cap {cap}, stop <|im_end|>; median of {args.repeats}")
-        print(f"{'':<24} {'tokens':>7} {'tok/s':>8} {'vs HF gen':>10} {'vs HF CB':>9}")
-        for label in fns:
-            print(f"{label:<24} {tokens[label]:>7} {rate[label]:>8.1f} "
-                  f"{rate[label] / rate['HF generate (static)']:>9.2f}x "
-                  f"{rate[label] / rate['HF generate_batch (CB)']:>8.2f}x")
+              f"temperature 1, cap {cap}, stop <|im_end|>; median of {args.repeats}, "
+              f"interleaved; load average {os.getloadavg()[0]:.2f}")
+        for line in bench_clock.table(sides, tokens, ["HF generate (static)",
+                                                      "HF generate_batch (CB)"]):
+            print(line, flush=True)
         stats = lt.engine_stats(ours, prompts, stops, cap, cfg)
         print(f"engine: slot utilisation {stats['slot_utilisation']:.1%} (tokens per row "
               f"computed {stats['token_steps'] / max(stats['row_steps'], 1):.1%}), prefill "
