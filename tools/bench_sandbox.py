@@ -1,12 +1,19 @@
 """Sandbox throughput, latency and sustained load, against baselines measured in the same run.
 
-    python tools/bench_sandbox.py [--snippets 400] [--baseline 40] [--workers N]
+    python tools/bench_sandbox.py [--snippets 400] [--rounds 4] [--baseline 40] [--workers N]
     python tools/bench_sandbox.py --soak [--seconds 300] [--rollouts 256] [--kill-every 10]
     python tools/bench_sandbox.py --sessions
 
-Default: unique (never cached) trivial prints, numpy, and sympy solve/diff/integrate against a
-fresh `python -c` per snippet; prints both throughputs, the ratio, p50 latency of trivial
-snippets and p50 sandbox overhead (end-to-end latency minus the time the code itself ran).
+Default: unique (never cached) trivial prints, numpy, and sympy solve/diff/integrate against
+two baselines measured in the same run:
+  the limit: the same snippets exec'd one after another in this process (one warm interpreter
+    with the whitelist imported and warmed as a worker does, fresh globals per snippet, stdout
+    captured, no isolation), in rounds interleaved with the sandbox (ABBA...); prints the
+    snippets/s, CPU-ms per snippet (the sandbox's in all its processes) and the share of the
+    machine other processes took during each side, the ratio and the p50 of a trivial snippet
+    on each side;
+  a fresh `python -c` per snippet;
+and p50 sandbox overhead (end-to-end latency minus the time the code itself ran).
 
 --soak: `rollouts` threads, each an episode loop submitting mixed trivial / numpy / sympy /
 hostile snippets with unique outputs, while a killer SIGKILLs a random process level (outer,
@@ -21,6 +28,8 @@ The host load average is printed, since every figure depends on what else the CP
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import signal
@@ -33,6 +42,7 @@ import time
 import psutil
 
 from agentic_jax.sandbox import Sandbox, SandboxConfig
+from agentic_jax.sandbox.zygote import warm_up
 
 KINDS = {
     "trivial": "print({i} + 1)",
@@ -86,15 +96,68 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def limit_run(codes: list[str]) -> list[float]:
+    """Exec each snippet in this process with fresh globals and its stdout captured, one
+    after another; returns each one's latency in ms (the no-isolation limit)."""
+    latencies = []
+    for code in codes:
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "<snippet>", "exec"), {"__name__": "__main__"})  # noqa: S102
+        latencies.append((time.perf_counter() - start) * 1e3)
+    return latencies
+
+
+def _machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine since boot."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+class _Side:
+    """Wall seconds, own CPU seconds and other processes' CPU seconds of one side's rounds."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.wall, self.cpu, self.others, self.count = name, 0.0, 0.0, 0.0, 0
+
+    def timed(self, fn, cpu_s, count: int):
+        busy, cpu, wall = _machine_busy_s(), cpu_s(), time.perf_counter()
+        result = fn()
+        wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
+        self.wall, self.cpu, self.count = self.wall + wall, self.cpu + cpu, self.count + count
+        self.others += max(0.0, _machine_busy_s() - busy - cpu)
+        return result
+
+    def line(self) -> str:
+        share = self.others / (self.wall * (os.cpu_count() or 1))
+        return (f"{self.name}: {self.count / self.wall:8.1f} snippets/s, "
+                f"{self.cpu / self.count * 1e3:6.2f} CPU-ms/snippet; "
+                f"others used {share:.0%} of the machine")
+
+
 def throughput(args: argparse.Namespace) -> dict:
-    base_rate = naive_baseline(workload(args.baseline, offset=10**6))
+    base_rate = naive_baseline(workload(args.baseline, offset=10**6)) if args.baseline else 0.0
     with Sandbox(SandboxConfig(num_workers=args.workers)) as sb:
         print("layers:", ", ".join(k for k, v in sb.layers.items() if v))
-        sb.run_batch([code for _, code in workload(20, offset=2 * 10**6)])  # warm the pool
+        warm = [code for _, code in workload(20, offset=2 * 10**6)]
+        sb.run_batch(warm)  # warm the pool
+        warm_up(list(sb.cfg.whitelist))  # this process becomes the limit's warm interpreter
+        limit_run(warm)
         snippets = workload(args.snippets)
-        start = time.perf_counter()
-        results = sb.run_batch([code for _, code in snippets])
-        rate = len(snippets) / (time.perf_counter() - start)
+        sandbox, limit = _Side("sandbox   "), _Side("limit     ")
+        own_cpu = (lambda: sum(psutil.Process().cpu_times()[:2]))
+        results, limit_ms = [], []
+        for r in range(args.rounds):
+            chunk = snippets[r::args.rounds]
+            codes = [code for _, code in chunk]
+            for side in ((sandbox, limit) if r % 2 == 0 else (limit, sandbox)):
+                if side is sandbox:
+                    results += sandbox.timed(lambda: sb.run_batch(codes),
+                                             lambda: _sandbox_cpu_s(sb), len(codes))
+                else:
+                    limit_ms += zip((k for k, _ in chunk),
+                                    limit.timed(lambda: limit_run(codes), own_cpu, len(codes)))
+        rate = sandbox.count / sandbox.wall
         # Latency figures from sequential calls, so queueing does not count as overhead.
         serial = [(kind, sb.run(code)) for kind, code in workload(200, offset=3 * 10**6)]
         # The same with a pause between calls, as between a model's turns: the next child is
@@ -109,16 +172,24 @@ def throughput(args: argparse.Namespace) -> dict:
     failed = [r for r in results if not r.ok]
     trivial = [r.duration_ms for kind, r in serial if kind == "trivial"]
     overhead = [r.duration_ms - r.exec_ms for _, r in serial]
-    print(f"naive python -c : {base_rate:8.1f} snippets/s ({args.baseline} snippets)")
+    print(f"{sandbox.line()} (all sandbox processes and this one)")
+    print(f"{limit.line()} (one warm interpreter, no isolation, {args.rounds} rounds ABBA)")
+    limit_rate = limit.count / limit.wall
+    print(f"sandbox/limit   : {rate / limit_rate:8.2f}x by wall time (target >= 0.5x), "
+          f"{limit.cpu / sandbox.cpu:.2f}x by CPU time")
+    limit_trivial = statistics.median(ms for kind, ms in limit_ms if kind == "trivial")
+    print(f"trivial p50     : {statistics.median(trivial):8.2f} ms sandbox (target <= 2 ms), "
+          f"{limit_trivial:.3f} ms limit")
     print(f"sandbox         : {rate:8.1f} snippets/s ({len(snippets)} snippets, "
           f"{len(failed)} failed, {sum(r.cached for r in results)} cache hits)")
-    print(f"throughput ratio: {rate / base_rate:8.1f}x   (target >= 50x)")
+    if base_rate:
+        print(f"naive python -c : {base_rate:8.1f} snippets/s ({args.baseline} snippets)")
+        print(f"throughput ratio: {rate / base_rate:8.1f}x   (target >= 50x)")
     # What zero overhead would reach: every CPU busy with the snippets' own run time only.
     code_s = statistics.mean(r.exec_ms for r in results) / 1e3
     ceiling = min(os.cpu_count() or 1, sb.cfg.num_workers or os.cpu_count() or 1) / code_s
-    print(f"code-time bound : {ceiling:8.1f} snippets/s = {ceiling / base_rate:.1f}x "
-          f"(mean code {code_s * 1e3:.1f} ms; the sandbox reaches {rate / ceiling:.0%} of it)")
-    print(f"trivial p50     : {statistics.median(trivial):8.2f} ms")
+    print(f"code-time bound : {ceiling:8.1f} snippets/s (mean code {code_s * 1e3:.1f} ms in "
+          f"the sandbox; it reaches {rate / ceiling:.0%} of it)")
     print(f"overhead p50    : {statistics.median(overhead):8.2f} ms back to back (target <= 3 ms)")
     paused_overhead = statistics.median(r.duration_ms - r.exec_ms for r in paused)
     print(f"overhead p50    : {paused_overhead:8.2f} ms with 20 ms between calls")
@@ -127,7 +198,9 @@ def throughput(args: argparse.Namespace) -> dict:
     for kind in KINDS:
         own = [r.exec_ms for k, r in serial if k == kind]
         print(f"  {kind:16s} code p50 {statistics.median(own):7.2f} ms")
-    return {"ratio": rate / base_rate, "overhead_p50_ms": statistics.median(overhead)}
+    return {"ratio": rate / base_rate if base_rate else 0.0, "limit_ratio": rate / limit_rate,
+            "trivial_p50_ms": statistics.median(trivial),
+            "overhead_p50_ms": statistics.median(overhead)}
 
 
 def _sandbox_cpu_s(box: Sandbox) -> float:
@@ -292,7 +365,9 @@ def sessions(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snippets", type=int, default=400)
-    parser.add_argument("--baseline", type=int, default=40)
+    parser.add_argument("--baseline", type=int, default=40,
+                        help="snippets for the fresh `python -c` baseline (0: skip it)")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--soak", action="store_true")
     parser.add_argument("--seconds", type=float, default=300.0)
