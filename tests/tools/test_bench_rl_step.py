@@ -1,0 +1,109 @@
+"""tools/bench_rl_step.py: its arguments, the update's FLOP floor and the report, from made-up
+step records (no model, no TRL)."""
+
+import argparse
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tools"))
+
+import bench_clock  # noqa: E402
+import bench_rl_step as bench  # noqa: E402
+
+SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+           "vocab_size": 49152}
+
+
+@pytest.fixture(autouse=True)
+def _two_cores(monkeypatch):
+    monkeypatch.setattr(bench_clock, "cpu_count", lambda: 2)
+
+
+def test_defaults_and_quick():
+    args = bench.parse_args([])
+    assert args.shape_list == [(4, 4), (8, 4)]
+    assert (args.steps, args.new_tokens, args.prefix_caching) == (3, 128, 1)
+    quick = bench.parse_args(["--quick"])
+    assert (quick.shape_list, quick.new_tokens, quick.steps) == ([(2, 4)], 16, 2)
+
+
+@pytest.mark.parametrize("text", ["4", "4x1", "0x4", "ax4", "4x4x4"])
+def test_bad_shapes_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench.parse_shapes(text)
+
+
+def test_bad_steps_are_refused():
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--steps=0"])
+
+
+def test_smollm2_matmul_parameters_and_floor():
+    flops = bench.FlopModel.from_hf_config(SMOLLM2)
+    # 30 x (q, o: 576 x 576; k, v: 576 x 192; gate, up, down: 576 x 1536) and the tied head.
+    assert flops.layer_params == 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
+    assert flops.head_params == 576 * 49152
+    assert flops.update_floor(1000, 400) == (8 * flops.layer_params * 1000
+                                             + 6 * flops.head_params * 400)
+
+
+def _step(wall, rollout, others=0.1, tokens=3000, response=1500):
+    return {"step": (wall, 1.8 * wall, others * wall), "rollout": (rollout, 1.6 * rollout,
+                                                                 others * rollout),
+            "sample_s": 0.9 * rollout, "tokens": tokens, "response_tokens": response,
+            "rows": 16, "trunc": 5, "peak_steps_mb": 3000.0, "peak_process_mb": 3100.0,
+            "ids": ["gsm8k-train:1"]}
+
+
+def _sides(ours_others=0.1):
+    trl = bench.SideResult(bench.TRL_NAME, [_step(99, 50), _step(60, 20), _step(62, 21),
+                                            _step(61, 19)],
+                           info={"describe": "trl", "same_prompt_tokens": 16, "prompts": 16})
+    ours = bench.SideResult(bench.OURS_NAME, [
+        dict(_step(w, r, ours_others), loop={"time_rollout_s": r, "time_update_s": w - r,
+                                              "time_step_s": w})
+        for w, r in ((200, 40), (30, 10), (31, 10), (29, 9))],
+        info={"describe": "ours"}, done={"peak_steps_mb": 4000.0, "peak_process_mb": 4500.0})
+    return trl, ours
+
+
+def test_the_first_step_is_left_out_and_the_update_is_the_rest_of_the_step():
+    trl, ours = _sides()
+    assert trl.side("step").wall == 61
+    assert trl.side("rollout").wall == 20
+    assert trl.side("update").wall == 41  # 40, 41, 42
+    assert ours.side("update").wall == 20
+    wall, cpu, others = bench.phase_run(_step(60, 20), "update")
+    assert (wall, cpu) == (40, pytest.approx(1.8 * 60 - 1.6 * 20))
+    assert others == pytest.approx(0.1 * 40)
+    assert ours.peak_steps_mb == 4000 and ours.peak_process_mb == 4500
+
+
+def test_report_prints_both_sides_ratios_and_the_floor():
+    trl, ours = _sides()
+    flops = bench.FlopModel.from_hf_config(SMOLLM2)
+    text = "\n".join(bench.header_lines(trl, ours)
+                     + bench.report((4, 4), 128, trl, ours, 500.0, flops))
+    assert "== 4x4: 4 GSM8K prompts x 4 samples, at most 128 new tokens; median of 3 steps" \
+        in text
+    assert "16 of 16 tokenised identically" in text
+    assert "the same problems in the same steps on both sides" in text
+    # Step 61 s against 30 s: ours is 2.03x faster by wall time; rollout 20 / 10; update 41 / 20.
+    assert "step: agentic_jax vs TRL GRPOTrainer: 2.03x by wall time" in text
+    assert "rollout vs generation: agentic_jax vs TRL GRPOTrainer: 2.00x by wall time" in text
+    assert "update: agentic_jax vs TRL GRPOTrainer: 2.05x by wall time" in text
+    floor_s = flops.update_floor(3000, 1500) / 500e9
+    assert f"= {floor_s:.2f} s; its update 41.00 s is {41 / floor_s:.2f}x the floor" in text
+    assert "99.0 = 50.0 + 49.0" in text  # every step listed, the first one too
+    assert "[loop: 10.0 + 20.0]" in text
+
+
+def test_a_ratio_is_withheld_when_the_machine_was_not_shared_alike():
+    trl, ours = _sides(ours_others=0.9)
+    text = "\n".join(bench.report((4, 4), 128, trl, ours, 500.0,
+                                  bench.FlopModel.from_hf_config(SMOLLM2)))
+    assert "step: agentic_jax vs TRL GRPOTrainer: ratio withheld" in text
