@@ -163,12 +163,13 @@ def _default() -> ml_collections.ConfigDict:
     # trainer recomputes log-probs in float32 and rl.is_level=auto then corrects the mismatch).
     c.rollout.dtype = "auto"
     # CPU: each layer's weights as its own arrays, layers unrolled (EngineConfig.layer_arrays):
-    # a float32 SmolLM2-135M decode step 76 -> 69 ms (same run), but a second copy of the
-    # blocks and ~5x the compiled code of each decode program stay resident beside the update.
-    c.rollout.layer_arrays = False
+    # a float32 SmolLM2-135M decode step 76 -> 69 ms (same run), for a second copy of the
+    # blocks and ~5x the compiled code of each decode program. auto | true | false: auto turns
+    # it on for blocks of 64 MiB and more when their copy fits in memory, and logs the choice.
+    c.rollout.layer_arrays = "auto"
     # Keep prefilled prompt pages and start later prompts with the same first tokens from them
     # (EngineConfig.prefix_caching, vLLM's automatic prefix caching); dropped on new weights.
-    c.rollout.prefix_caching = False
+    c.rollout.prefix_caching = True
     # Rollouts overlapping the update (agentic_jax.training.async_rollouts): sync | one_step_off
     # (the next step's rollout runs during the update, weights switch between rollouts) |
     # fully_async (a producer runs up to max_staleness steps ahead; new weights reach it at once
@@ -410,7 +411,6 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.warmstart.tool_fraction = 1.0
     c.rl.group_size = 8  # rare successes on word problems: more samples per prompt
     _grpo_one_update(c, prompts=4, steps=30, lr=2e-6, max_length=512)
-    c.rollout.prefix_caching = True  # every prompt starts with the same system instruction
     c.checkpoint.every_steps = 5
 
 

@@ -52,12 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--model: comma-separated subset of chat,longtail,profile")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="--model: what HF and the engine both compute in")
-    parser.add_argument("--layer_arrays", type=int, choices=(0, 1), default=1,
+    parser.add_argument("--layer_arrays", choices=("auto", "0", "1"), default="auto",
                         help="--model: the engine's EngineConfig.layer_arrays (CPU: weights "
-                             "one array a layer, layers unrolled)")
+                             "one array a layer, layers unrolled); auto: the engine's default")
     parser.add_argument("--prefix_caching", type=int, choices=(0, 1), default=1,
                         help="--model: the engine's EngineConfig.prefix_caching (prompts "
-                             "that start alike prefill their common full pages once)")
+                             "that start alike prefill their common full pages once; 1 is "
+                             "the engine's default)")
     parser.add_argument("--real_cap", type=int, default=0,
                         help="--model: new-token cap (0: the workload's own, 128 / 256)")
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")

@@ -33,6 +33,7 @@ import numpy as np
 
 import bench_clock
 from agentic_jax.rollout.engine import EngineConfig
+from agentic_jax.rollout.engine.runner import choose_layer_arrays
 
 WORKLOADS = {"chat": dict(prompts=32, cap=128, slots=32),
              "longtail": dict(prompts=96, cap=256, slots=32)}
@@ -131,7 +132,7 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
     (per_step, per_step_cpu), *stacked = [min(r[i] for r in rounds) for i in range(len(cfgs))]
     if stacked:
         print(f"engine decode step with layer_arrays {per_step * 1e3:.0f} ms, with the stacked "
-              f"weights (the default) {stacked[0][0] * 1e3:.0f} ms: "
+              f"weights {stacked[0][0] * 1e3:.0f} ms: "
               f"{stacked[0][0] / per_step:.2f}x (interleaved, best of 3)", flush=True)
     # What a step of fewer rows costs (the engine's decode batches: 8, 12, 16, 24, 32 rows).
     by_rows = {}
@@ -183,21 +184,23 @@ def run(args: argparse.Namespace) -> None:
     ours = from_pretrained(directory, dtype=args.dtype)
     stops = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     gflops = matmul_gflops()
+    setting = "auto" if args.layer_arrays == "auto" else bool(int(args.layer_arrays))
+    layer_arrays, why = choose_layer_arrays(setting, ours.cfg)
     print(f"model {args.model} ({directory}) in {args.dtype}; jax {jax.__version__} on "
           f"{jax.devices()[0].platform}, torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads; float32 2048^2 matmul {gflops:.0f} GFLOP/s; "
-          f"engine layer_arrays={bool(args.layer_arrays)} "
+          f"engine layer_arrays={layer_arrays} ({why}) "
           f"prefix_caching={bool(args.prefix_caching)}")
     for name in args.real_workloads.split(","):
         if name == "profile":
             profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf,
-                           layer_arrays=bool(args.layer_arrays))
+                           layer_arrays=layer_arrays)
             continue
         w = WORKLOADS[name]
         prompts = chat_prompts(tokenizer, w["prompts"])
         cap = args.real_cap or w["cap"]
         cfg = EngineConfig(num_slots=w["slots"], page_size=16, decode_steps=args.decode_steps,
-                           layer_arrays=bool(args.layer_arrays),
+                           layer_arrays=setting,
                            prefix_caching=bool(args.prefix_caching))
         fns = {
             "HF generate (static)": functools.partial(lt.hf_static, hf, prompts, stops, cap),

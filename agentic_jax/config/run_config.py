@@ -74,6 +74,17 @@ def _processes() -> int:
     return jax.process_count()
 
 
+def _on_off_auto(value: Any, name: str) -> bool | str:
+    """A setting that is on, off or decided at run time: a bool, or "auto" / "true" / "false"
+    (a command line gives strings)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", "true", "false"):
+        return {"auto": "auto", "true": True, "false": False}[text]
+    return _raise(f"{name}: expected auto, true or false, got {value!r}")
+
+
 def _raise(message: str):
     raise ConfigError(message)
 
@@ -184,7 +195,8 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
             # 0: one slot per episode of a step (every host rolls out its share of them)
             num_slots=int(ro.num_slots) or max(1, training.batch_size * rl.group_size
                                                // _processes()),
-            kv_pages=int(ro.kv_pages) or None, kv_cache_mb=float(ro.kv_cache_mb) or None),
+            kv_pages=int(ro.kv_pages) or None, kv_cache_mb=float(ro.kv_cache_mb) or None,
+            layer_arrays=_on_off_auto(ro.get("layer_arrays", "auto"), "rollout.layer_arrays")),
         eval_temperature=float(config.rollout.eval_temperature),
         data=read_group(DataConfig, config.data, "data"),
         environment=read_group(EnvironmentConfig, config.environment, "environment"),

@@ -80,7 +80,7 @@ def test_tool_outputs_sit_in_the_pages_the_model_reads(model, tok, reference):
         np.testing.assert_allclose(np.asarray(ep.values)[mask], values[0, span][mask],
                                    atol=1e-4, err_msg=f"episode {b}")
         assert not np.asarray(ep.logprobs)[~mask].any()
-    assert engine.pool.in_use == 0 and not engine.seqs and not engine.prefixes
+    assert engine.pages_held == 0 and not engine.seqs and not engine.prefixes
 
 
 def test_rollout_reports_engine_statistics(reference):
@@ -106,7 +106,7 @@ def test_episodes_do_not_depend_on_scheduling(model, tok, sandbox, reference, en
         np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
     if engine_args.get("kv_pages"):
         assert result.timing["engine_preemptions"] > 0
-    assert engine.pool.in_use == 0
+    assert engine.pages_held == 0
 
 
 def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
@@ -128,7 +128,7 @@ def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
     loop.service.toolset = Broken([PythonTool(sandbox)])
     with pytest.raises(RuntimeError, match="grader exploded"):
         loop.run(_specs(tok), jax.random.key(0))
-    assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
+    assert not engine.seqs and engine.pages_held == 0 and not engine.prefixes
     # The engine is usable again.
     loop.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
     result = loop.run(_specs(tok)[:2], jax.random.key(0))

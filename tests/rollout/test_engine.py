@@ -82,7 +82,7 @@ def test_tokens_do_not_depend_on_scheduling(model, baseline, cfg, order):
         np.testing.assert_allclose(events[i].logprobs, e.logprobs, atol=1e-4)
     if cfg.kv_pages is not None:
         assert engine.stats.preemptions > 0
-    assert engine.pool.in_use == 0
+    assert engine.pages_held == 0
 
 
 def test_prefix_sharing_equals_separate_prompts(model, baseline):
@@ -127,7 +127,7 @@ def test_no_page_leak_after_1000_requests(model):
         if i % 250 == 249:
             finished += len(engine.run())
     assert finished == 1000
-    assert engine.pool.in_use == 0 and (engine.pool.refs == 0).all()
+    assert engine.pages_held == 0
     assert engine.pool.num_free == engine.pool.num_pages and not engine.prefixes
     assert 0 < checked.max_in_use <= 48
     assert engine.stats.prefix_hits > 0 and engine.stats.preemptions > 0
@@ -163,7 +163,7 @@ def test_resume_with_appended_tokens_equals_decoding_the_concatenation(model):
     assert done.kind == fresh.kind == "finished"
     assert done.tokens == fresh.tokens and len(done.tokens) == 60 - 6 - len(tool_output)
     np.testing.assert_allclose(done.logprobs, fresh.logprobs, atol=1e-4)
-    assert engine.pool.in_use == 0
+    assert engine.pages_held == 0
 
 
 def test_pause_release_and_budget_on_resume(model):
@@ -176,14 +176,16 @@ def test_pause_release_and_budget_on_resume(model):
     engine.resume(0, list(range(30)))          # more than the 17 tokens left
     (end,) = engine.run()
     assert (end.request_id, end.kind, end.reason, end.tokens) == (0, "finished", "length", [])
-    assert engine.pool.in_use == 0 and not engine.seqs
+    assert engine.pages_held == 0 and not engine.seqs
 
 
 def test_stats(model):
     _, engine = _run(model, EngineConfig(num_slots=4, page_size=8))
     stats = engine.stats.as_dict()
     assert 0 < stats["slot_utilisation"] <= 1
-    assert stats["pages_peak"] <= stats["pool_pages"] and stats["pages_in_use"] == 0
+    assert stats["pages_peak"] <= stats["pool_pages"]
+    # Only the prefix cache's pages stay in use once every request has ended.
+    assert stats["pages_in_use"] == engine.pool.in_use and engine.pages_held == 0
     assert stats["prefill_s"] > 0 and stats["decode_s"] > 0 and stats["prefill_tokens"] > 0
 
 
@@ -232,7 +234,7 @@ def test_sleep_frees_the_pool_and_a_woken_engine_samples_as_before(model, baseli
     engine.update_params(model)
     assert not engine.asleep
     _assert_samples(_rerun(engine, PROMPTS), baseline, atol=1e-4)
-    assert engine.pool.in_use == 0
+    assert engine.pages_held == 0
 
 
 def _rerun(engine, prompts):
@@ -314,9 +316,25 @@ def test_an_engine_with_layer_arrays_samples_what_the_default_one_does(model, ba
     assert released == [1]                                # and their memory back to the system
 
 
-def test_layer_arrays_must_be_a_bool():
+def test_layer_arrays_is_on_off_or_auto_and_auto_is_the_default():
     with pytest.raises(ValueError, match="layer_arrays"):
         EngineConfig(layer_arrays="yes")
+    assert EngineConfig().layer_arrays == "auto" and EngineConfig().prefix_caching is True
+
+
+def test_auto_layer_arrays_are_on_for_large_blocks_that_fit_in_memory():
+    from agentic_jax.models import get_preset
+    from agentic_jax.rollout.engine.runner import choose_layer_arrays
+
+    gib = 1 << 30
+    small, large = get_preset("tiny-0.2m"), get_preset("qwen2.5-0.5b")  # blocks 0.6 MB, 1.4 GB
+    assert choose_layer_arrays("auto", small, 16 * gib, "cpu")[0] is False
+    on, why = choose_layer_arrays("auto", large, 16 * gib, "cpu")
+    assert on and "fits in 16.0 GiB" in why
+    off, why = choose_layer_arrays("auto", large, 8 * gib, "cpu")  # a copy > 1/8 of 8 GiB
+    assert not off and "more than 1/8 of the memory available (8.0 GiB)" in why
+    assert choose_layer_arrays(True, small, 16 * gib, "cpu") == (True, "set in the config")
+    assert choose_layer_arrays(True, large, 16 * gib, "gpu")[0] is False  # always scanned
 
 
 # Prompts that start alike (two full pages of 8, then their own tails): what a shared system
@@ -349,7 +367,7 @@ def test_prefix_caching_reads_nothing_the_old_weights_wrote(model):
     _, engine = _run(model, cfg, SHARED_START)
     assert len(engine.scheduler.pages.cache) > 2
     engine.update_params(other)
-    assert engine.pool.in_use == 0
+    assert engine.pages_held == 0
     _assert_samples(_rerun(engine, SHARED_START), expected, atol=1e-5)
 
 

@@ -61,7 +61,7 @@ def _drive(model, cfg: EngineConfig, seed: int) -> dict[int, list[int]]:
     else:
         pytest.fail(f"seed {seed}: not finished after {MAX_STEPS} engine steps "
                     f"({len(engine.seqs)} live, {engine.stats.preemptions} preemptions)")
-    assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
+    assert not engine.seqs and engine.pages_held == 0 and not engine.prefixes
     return full
 
 

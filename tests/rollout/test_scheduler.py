@@ -83,8 +83,10 @@ class ScriptedRunner:
 
 
 def _scheduler(pages=64, token_at=_token, **kw):
+    # Page counts below are exact without the prefix cache; its cases turn it on.
     cfg = EngineConfig(**{"num_slots": 2, "page_size": 4, "max_seq_len": 48,
-                          "decode_steps": 4, "prefill_chunk": 8, **kw})
+                          "decode_steps": 4, "prefill_chunk": 8, "prefix_caching": False,
+                          **kw})
     runner = ScriptedRunner(cfg, token_at)
     scheduler = Scheduler(cfg, PagePool(pages), runner, page_bytes=128)
     runner.pool = scheduler.pages.pool

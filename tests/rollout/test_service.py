@@ -57,7 +57,7 @@ def test_a_short_request_is_not_held_behind_a_long_one(model, tok):
     while service.busy:
         order += [h for h, _ in service.step()]
     assert order == [short, long]
-    assert engine.pool.in_use == 0 and not engine.seqs
+    assert engine.pages_held == 0 and not engine.seqs
 
 
 def test_an_episode_started_mid_run_samples_what_it_would_alone(model, tok):
@@ -85,7 +85,7 @@ def test_abort_frees_pages_and_is_not_reported(model, tok):
     service.abort(a)
     finished = _drain(service)
     assert list(finished) == [b]
-    assert engine.pool.in_use == 0 and not engine.seqs and in_use > 0
+    assert engine.pages_held == 0 and not engine.seqs and in_use > 0
     # An abort of an episode that is still in the inbox: it never reaches the engine.
     c = service.submit(_prompt(tok), _key(2), max_length=40)
     service.abort(c)
@@ -126,7 +126,7 @@ def test_abort_cancels_a_pending_tool_call_and_frees_the_paused_pages(model, tok
     service.interrupt()
     assert service.step() == []
     assert tool.futures[0].cancelled()
-    assert engine.pool.in_use == 0 and not engine.seqs and not service.busy
+    assert engine.pages_held == 0 and not engine.seqs and not service.busy
 
 
 def test_interrupt_returns_a_step_that_waits_for_a_tool(model, tok):

@@ -66,6 +66,15 @@ def test_a_burst_of_one_client_neither_refuses_nor_long_delays_another(tiny_poli
                          request_timeout_s=300)
     results = []
     with live_server(tiny_policy, limits) as (url, service):
+        # Each engine step takes at least 0.05 s, so the heavy requests queue up however fast
+        # the tiny model decodes (a few milliseconds a request otherwise).
+        rollout, step = service.worker.service, service.worker.service.step
+
+        def slow_step(*args, **kwargs):
+            time.sleep(0.05)
+            return step(*args, **kwargs)
+
+        rollout.step = slow_step
         with cf.ThreadPoolExecutor(13) as pool:
             heavy = [pool.submit(_chat, url, "heavy", results) for _ in range(12)]
             deadline = time.monotonic() + 60

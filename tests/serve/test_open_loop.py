@@ -64,7 +64,7 @@ def test_a_client_that_disconnects_cancels_its_episodes(tiny_policy):
                           json=dict(LONG, stream=True), timeout=60) as reply:
             next(reply.iter_lines())           # the episode is under way
         _until(lambda: service.worker.stats.cancelled == 1)
-        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+        _until(lambda: not engine.seqs and engine.pages_held == 0)
         # The server goes on serving.
         assert _post(url, SHORT).status_code == 200
 
@@ -92,7 +92,7 @@ def test_a_non_streaming_client_that_disconnects_cancels_its_episodes(tiny_polic
             _until(lambda: worker.stats.cancelled == 1)
         finally:
             released.set()
-        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+        _until(lambda: not engine.seqs and engine.pages_held == 0)
 
 
 def test_a_request_past_its_timeout_is_504_and_leaves_the_engine(tiny_policy):
@@ -113,5 +113,5 @@ def test_a_request_past_its_timeout_is_504_and_leaves_the_engine(tiny_policy):
             released.set()
         assert reply.status_code == 504 and "no reply within" in reply.text
         _until(lambda: worker.stats.cancelled == 1)
-        _until(lambda: not engine.seqs and engine.pool.in_use == 0)
+        _until(lambda: not engine.seqs and engine.pages_held == 0)
         assert worker.queued == 0

@@ -264,3 +264,19 @@ def test_tools_are_named_in_the_config(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     config = tiny_config(**{"environment.tools": ("python", "my_tools:Echo")})
     assert read_config(config).environment.tools == ("python", "my_tools:Echo")
+
+
+@pytest.mark.parametrize("value, expected", [("auto", "auto"), ("True", True), ("false", False),
+                                             (True, True), (False, False)])
+def test_layer_arrays_reads_auto_or_a_bool_from_a_config_or_a_command_line(value, expected):
+    config = tiny_config()
+    config.rollout.layer_arrays = value if isinstance(value, str) else str(value)
+    cfg = read_config(config)
+    assert cfg.engine.layer_arrays == expected and cfg.engine.prefix_caching is True
+
+
+def test_a_bad_layer_arrays_value_names_the_field():
+    config = tiny_config()
+    config.rollout.layer_arrays = "sometimes"
+    with pytest.raises(ConfigError, match="rollout.layer_arrays: expected auto, true or false"):
+        read_config(config)

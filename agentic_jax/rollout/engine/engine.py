@@ -35,6 +35,8 @@ class Engine:
     stats = _of("scheduler.stats", "`EngineStats` since the build or `reset_stats`.")
     version = _of("scheduler.version", "The policy version of the weights sampled with.")
     pool = _of("scheduler.pages.pool", "The `PagePool`.")
+    pages_held = _of("scheduler.pages.held", "Pages held by live sequences and shared prompt "
+                                             "prefixes (not counting the prefix cache's own).")
     seqs = _of("scheduler.seqs", "Live sequences by request id.")
     slots = _of("scheduler.slots", "The decode slots: a sequence or None each.")
     waiting = _of("scheduler.waiting", "Queued sequences, next first.")

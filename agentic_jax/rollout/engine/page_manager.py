@@ -123,6 +123,15 @@ class PageManager:
         else:
             self.cache.insert(target.tokens, target.pages, target.length)
 
+    @property
+    def held(self) -> int:
+        """Pages referenced by anything but the prefix cache (live sequences, shared prompt
+        prefixes): 0 once every request has ended, whatever the cache keeps."""
+        refs = self.pool.refs.copy()
+        if self.cache is not None:
+            refs[self.cache.pages] -= 1
+        return int((refs > 0).sum())
+
     def clear_cache(self) -> None:
         """Forgets every cached page (new weights make their K/V stale)."""
         if self.cache is not None:

@@ -72,14 +72,19 @@ class EngineConfig:
     layer_arrays: on CPU, hold each layer's weights as its own arrays and run the layers
       unrolled (`paged_model.engine_weights`): XLA:CPU copies a layer's slice of the stacked
       weights before each matmul (a float32 SmolLM2-135M decode step 76 -> 69 ms, same run,
-      `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`). It costs a second copy of the blocks while the engine holds weights and about 5x
-      the compiled code of each program (SmolLM2-135M: 55 MB a decode program against 11), so
-      it is off by default, for training runs, whose memory it raises; ignored on GPU / TPU.
+      `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`). It costs a
+      second copy of the blocks while the engine holds weights and about 5x the compiled code
+      of each program (SmolLM2-135M: 55 MB a decode program against 11). "auto" (the
+      default) decides from the model and the host (`runner.choose_layer_arrays`): on when
+      the blocks are large enough for the copies to outweigh the longer compilations and
+      their second copy fits easily in the memory available; the choice is logged. Ignored on
+      GPU / TPU.
     prefix_caching: keep the full pages of prefilled prompts after their requests end and
       start any later prompt with the same first tokens from them (`prefix_cache.PrefixCache`,
       vLLM's automatic prefix caching): a shared system prompt is prefilled once per weight
       update. Cached pages stay in the pool (counted in use) until it runs short; new weights
-      drop them.
+      drop them. On by default: a prompt prefilled from cached pages samples the same
+      distribution, its K/V differing from a fresh prefill's only in float rounding.
     """
 
     num_slots: int = 32
@@ -94,8 +99,8 @@ class EngineConfig:
     attention_impl: str = "auto"
     dtype: str = "auto"
     sampling: SamplingParams = SamplingParams()
-    layer_arrays: bool = False
-    prefix_caching: bool = False
+    layer_arrays: bool | str = "auto"
+    prefix_caching: bool = True
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
@@ -108,9 +113,12 @@ class EngineConfig:
             raise ValueError(f"kv_pages must be positive, got {self.kv_pages}")
         if self.kv_cache_mb is not None and self.kv_cache_mb <= 0:
             raise ValueError(f"kv_cache_mb must be positive, got {self.kv_cache_mb}")
-        for name in ("layer_arrays", "prefix_caching"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.prefix_caching, bool):
+            raise ValueError(f"prefix_caching must be True or False, got "
+                             f"{self.prefix_caching!r}")
+        if not (isinstance(self.layer_arrays, bool) or self.layer_arrays == "auto"):
+            raise ValueError(f"layer_arrays must be True, False or 'auto', got "
+                             f"{self.layer_arrays!r}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16, got {self.dtype!r}")
         if self.attention_impl not in ("xla", "pallas", "auto"):
