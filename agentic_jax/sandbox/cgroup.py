@@ -6,8 +6,12 @@ cgroup charges every page to the process that allocates it, so the kernel kills 
 goes beyond its cgroup limit however it allocates. The host creates one directory per worker
 under its own memory cgroup (v1 `memory` hierarchy or cgroup v2 with the memory controller
 delegated) and removes it once the worker's processes are gone; the worker sets the limit,
-and each snippet's child moves itself in before it drops privileges. Where the machine has no
-writable memory cgroup, the resource limits are the only memory layer.
+and its template (see `template`) moves itself in before its first fork, so that each snippet's
+child is born in the cgroup. The OOM killer picks the process with the most resident memory:
+every child maps all of the template's anonymous memory and adds its own, and what a snippet
+can hold outside its resident set (its tmpfs, pipe buffers) is far below the cgroup's headroom,
+so a snippet that fills the cgroup is the one killed, never the template. Where the machine has
+no writable memory cgroup, the resource limits are the only memory layer.
 """
 
 from __future__ import annotations
@@ -134,7 +138,8 @@ class WorkerCgroup:
 
 
 def join(procs_fd: int) -> None:
-    """Child side: move the calling process into the cgroup ("0" names the writer)."""
+    """Move the calling process into the cgroup ("0" names the writer); the children it forks
+    afterwards are born in it."""
     os.write(procs_fd, b"0")
 
 

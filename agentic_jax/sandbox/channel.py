@@ -126,14 +126,15 @@ def write_all(fd: int, data: bytes, deadline: float) -> bool:
     view = memoryview(data)
     os.set_blocking(fd, False)
     while view:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not ready(fd, select.POLLOUT, remaining):
-            return False
         try:
             view = view[os.write(fd, view):]
-        except BlockingIOError:
             continue
+        except BlockingIOError:  # the pipe is full: wait until the child reads
+            pass
         except OSError:  # EPIPE: the child is gone
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not ready(fd, select.POLLOUT, remaining):
             return False
     return True
 

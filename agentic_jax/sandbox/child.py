@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from agentic_jax.sandbox import cgroup, isolation, syscalls
+from agentic_jax.sandbox import isolation, syscalls
 from agentic_jax.sandbox.protocol import encode_result, read_request
 from agentic_jax.sandbox.validator import FORBIDDEN_NAMES
 
@@ -33,8 +33,8 @@ class ChildPlan:
     """Everything the child needs, prepared by the worker before the template is forked.
 
     memory_bytes is the absolute RLIMIT_AS: the worker's mapped size plus the snippet budget.
-    uid/gid are None when privileges cannot be dropped; seccomp is None without libseccomp;
-    cgroup_procs_fd is None without a memory cgroup.
+    uid/gid are None when privileges cannot be dropped; seccomp is None without libseccomp.
+    Where the worker has a memory cgroup, the child is born in it (see `cgroup`).
     """
 
     memory_bytes: int
@@ -44,7 +44,6 @@ class ChildPlan:
     gid: int | None
     seccomp: syscalls.SeccompProgram | None
     whitelist: frozenset[str]
-    cgroup_procs_fd: int | None
 
 
 @dataclasses.dataclass
@@ -94,13 +93,12 @@ def run_child(plan: ChildPlan, prepared: Prepared, workdir: str, fds: list[int])
         os._exit(70)
     status = 0
     try:
-        request = read_request(CODE_FD)
-        history = [str(block) for block in request.get("history", ())]
-        budget_ms = int(request["timeout_ms"]) * (1 + len(history))
+        code, timeout_ms, history = read_request(CODE_FD)
+        budget_ms = timeout_ms * (1 + len(history))
         cpu_seconds = max(1, -(-budget_ms // 1000))
         # Lowering the hard limit needs no privilege; the code cannot raise it back.
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        error, detail, exec_ms = _execute(str(request["code"]), history, scope_builtins, reserve)
+        error, detail, exec_ms = _execute(code, history, scope_builtins, reserve)
         sys.stdout.flush()
         sys.stderr.flush()
         os.write(RESULT_FD, encode_result(error, detail, exec_ms))
@@ -112,10 +110,7 @@ def run_child(plan: ChildPlan, prepared: Prepared, workdir: str, fds: list[int])
 
 
 def _isolate(plan: ChildPlan, workdir: str, fds: list[int]) -> None:
-    """Order matters: cgroup, fds and limits while privileged, then drop identity, then
-    seccomp."""
-    if plan.cgroup_procs_fd is not None:
-        cgroup.join(plan.cgroup_procs_fd)
+    """Order matters: fds and limits while privileged, then drop identity, then seccomp."""
     os.setsid()
     syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)  # the parent is the server
     syscalls.set_process_name("sandbox-child")

@@ -15,7 +15,7 @@ from agentic_jax.sandbox.output import classify
 from agentic_jax.sandbox.pool import FairPool
 from agentic_jax.sandbox.session import Session
 from agentic_jax.sandbox.types import ExecResult, SandboxConfig, failure
-from agentic_jax.sandbox.validator import is_deterministic, validate
+from agentic_jax.sandbox.validator import verdict
 from agentic_jax.sandbox.worker import Worker, WorkerDied
 
 log = logging.getLogger("agentic_jax.sandbox")
@@ -191,14 +191,13 @@ class Sandbox:
         if self._closed:
             return _closed_result(start)
         cfg = self.cfg
-        trees = []
+        deterministic = True
         for block in (*history, code):
-            checked = validate(block, cfg.whitelist, cfg.max_code_bytes, cfg.max_nesting,
-                               cfg.max_literal_len)
+            checked = verdict(block, cfg.whitelist, cfg.max_code_bytes, cfg.max_nesting,
+                              cfg.max_literal_len)
             if isinstance(checked, ExecResult):
                 return _with_duration(checked, start)
-            trees.append(checked)
-        deterministic = all(is_deterministic(tree) for tree in trees)
+            deterministic = deterministic and checked
         key = (code, timeout, history) if cfg.cache_size and deterministic else None
         hit = self._cache_get(key)
         if hit is not None:

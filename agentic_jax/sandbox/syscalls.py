@@ -1,7 +1,8 @@
 """Thin ctypes bindings for the Linux calls Python's os module lacks, and the seccomp filter.
 
-The seccomp program is compiled once per worker with libseccomp and exported as raw BPF, so a
-snippet's child installs it with a single prctl() instead of re-running the compiler.
+The seccomp program is compiled once per worker with libseccomp (as a binary search over the
+syscall numbers) and exported as raw BPF, so a snippet's child installs it with a single
+prctl() instead of re-running the compiler.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ _AT_RECURSIVE = 0x8000
 _MOUNT_ATTR_RDONLY = 0x1
 _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_ACT_ERRNO_EPERM = 0x00050000 | 1
+_SCMP_FLTATR_CTL_OPTIMIZE = 8
+_SCMP_OPTIMIZE_BINARY_TREE = 2
 
 # Syscalls a snippet never needs: process creation and exec, tracing and signalling other
 # processes, networking, mounts/namespaces, kernel modules, and interfaces that bypass the filter.
@@ -125,27 +128,42 @@ def set_process_name(name: str) -> None:
 
 
 _pylib = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL held across the raw clone
+_CLONE_NUMBER = _SYS_CLONE.get(platform.machine())
+# The clone's arguments and the interpreter's fork hooks, looked up once: the template forks
+# every child, and each object it touches per fork is a page it shares with its children and
+# so copies again after every fork (splitting a huge page the first time).
+_CLONE_ARGS = (ctypes.c_long(_CLONE_NUMBER or 0), ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD),
+               ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+_syscall = _pylib.syscall
+_before_fork = ctypes.pythonapi.PyOS_BeforeFork
+_after_fork_child = ctypes.pythonapi.PyOS_AfterFork_Child
+_after_fork_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
 
 
-def fork_sibling() -> int:
+def fork_sibling(parent_hooks: bool = True) -> int:
     """Fork, but make the new process a child of the caller's parent (clone CLONE_PARENT).
 
     Returns like os.fork(): 0 in the new process, its PID in the caller. The interpreter's
     own fork hooks run around the raw syscall, so the child is a normal Python process; the
     caller must be single-threaded. Raises OSError when clone fails.
+
+    parent_hooks=False skips the hooks on the caller's side (the import lock, the "before"
+    and "after_in_parent" callbacks of os.register_at_fork, whose only task is to hold locks
+    that another thread could be holding across the fork), for a caller that has no other
+    thread and forks outside any import; the child's side (reinitialised locks, a fresh
+    random seed) always runs.
     """
-    number = _SYS_CLONE.get(platform.machine())
-    if number is None:
+    if _CLONE_NUMBER is None:
         raise OSError(38, f"clone: unsupported architecture {platform.machine()}")
-    ctypes.pythonapi.PyOS_BeforeFork()
-    pid = _pylib.syscall(ctypes.c_long(number), ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD),
-                         ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                         ctypes.c_ulong(0))
+    if parent_hooks:
+        _before_fork()
+    pid = _syscall(*_CLONE_ARGS)
     if pid == 0:
-        ctypes.pythonapi.PyOS_AfterFork_Child()
+        _after_fork_child()
         return 0
     err = ctypes.get_errno()
-    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if parent_hooks:
+        _after_fork_parent()
     if pid < 0:
         raise OSError(err, f"clone: {os.strerror(err)}")
     return pid
@@ -167,8 +185,14 @@ def prctl(option: int, arg2: int = 0) -> None:
                        ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl({option})")
 
 
-def compile_seccomp_filter() -> bytes | None:
-    """Raw BPF of the deny-list filter, or None when libseccomp is unavailable."""
+def compile_seccomp_filter(binary_tree: bool = True) -> bytes | None:
+    """Raw BPF of the deny-list filter, or None when libseccomp is unavailable.
+
+    binary_tree: a binary search over the syscall numbers instead of a linear list. The same
+    decisions, in fewer instructions per syscall and in a fraction of the time the kernel
+    spends at installation working out, for every syscall number, whether the filter allows
+    it unconditionally (its per-filter cache). libseccomp < 2.5 ignores it.
+    """
     path = ctypes.util.find_library("seccomp")
     if path is None:
         return None
@@ -183,10 +207,13 @@ def compile_seccomp_filter() -> bytes | None:
                                      ctypes.c_uint]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not ctx:
         return None
     try:
+        if binary_tree:
+            lib.seccomp_attr_set(ctx, _SCMP_FLTATR_CTL_OPTIMIZE, _SCMP_OPTIMIZE_BINARY_TREE)
         for name in DENIED_SYSCALLS:
             number = lib.seccomp_syscall_resolve_name(name.encode())
             if number >= 0 and lib.seccomp_rule_add(ctx, _SCMP_ACT_ERRNO_EPERM, number, 0) != 0:

@@ -23,6 +23,7 @@ from agentic_jax.sandbox.channel import ready
 _PID = struct.Struct("i")
 _MAX_NAME = 4096
 CHILD_FDS = 4  # code (read end), stdout, stderr, result (write ends)
+_FDS = struct.Struct(f"{CHILD_FDS}i")
 
 
 class TemplateLost(Exception):
@@ -30,12 +31,14 @@ class TemplateLost(Exception):
 
 
 def start(become_child: Callable[[str, list[int]], None], drop: list[int],
-          timeout_s: float) -> TemplateClient:
+          timeout_s: float, settle: Callable[[], None] = lambda: None) -> TemplateClient:
     """Fork the template from the calling (serving) process.
 
     become_child(workdir, fds) runs in each new child and never returns; it sees the serving
     process's state as of this call, before any request. drop: descriptors the template must
     not keep (the host protocol pipes). timeout_s: longest wait for the template's answer.
+    settle() runs in the template once, before its first fork; should it raise, the template
+    exits, and the first request finds it lost.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
@@ -43,35 +46,52 @@ def start(become_child: Callable[[str, list[int]], None], drop: list[int],
         ours.close()
         for fd in drop:
             os.close(fd)
+        try:
+            syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
+            settle()
+        except BaseException:
+            os._exit(70)
         _serve(theirs, become_child)
     theirs.close()
     return TemplateClient(ours, pid, timeout_s)
 
 
 def _serve(sock: socket.socket, become_child: Callable[[str, list[int]], None]) -> None:
-    """Template loop: one message (workdir name + CHILD_FDS descriptors) -> one child."""
-    syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL)
+    """Template loop: one message (workdir name + CHILD_FDS descriptors) -> one child.
+
+    Between forks it touches as few objects as it can (C methods bound once, no Python-level
+    helpers, no fork hooks on its side): every page it writes after a fork is a copy, and its
+    first write into a huge page splits it, which every later fork and child exit then pays
+    for in page-table work.
+    """
     syscalls.set_process_name("sandbox-tmpl")
+    recvmsg, send, close, exit_now = sock.recvmsg, sock.send, os.close, os._exit
+    fork, pack, unpack = syscalls.fork_sibling, _PID.pack, _FDS.unpack
+    ancillary, rights = socket.CMSG_SPACE(_FDS.size), (socket.SOL_SOCKET, socket.SCM_RIGHTS)
     while True:
         try:
-            name, fds, _, _ = socket.recv_fds(sock, _MAX_NAME, CHILD_FDS)
+            name, ancdata, _, _ = recvmsg(_MAX_NAME, ancillary)
         except OSError:
-            os._exit(0)
-        if not name or len(fds) != CHILD_FDS:
-            os._exit(0)
+            exit_now(0)
+        if not name or len(ancdata) != 1:
+            exit_now(0)
+        level, kind, data = ancdata[0]
+        if (level, kind) != rights or len(data) != _FDS.size:
+            exit_now(0)
+        fds = unpack(data)
         try:
-            pid = syscalls.fork_sibling()
+            pid = fork(False)  # the template has no other thread and imports nothing here
         except OSError as err:
             pid = -err.errno
         if pid == 0:
             sock.close()
-            become_child(name.decode(), fds)
+            become_child(name.decode(), list(fds))
         for fd in fds:
-            os.close(fd)
+            close(fd)
         try:
-            sock.send(_PID.pack(pid))
+            send(pack(pid))
         except OSError:
-            os._exit(0)
+            exit_now(0)
 
 
 class TemplateClient:

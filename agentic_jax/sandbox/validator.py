@@ -7,6 +7,7 @@ cheap error; the OS layer still assumes every rule here can be bypassed.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import threading
 
@@ -77,6 +78,30 @@ def validate(code: str, whitelist: tuple[str, ...], max_code_bytes: int, max_nes
     return tree
 
 
+# Verdicts kept for sources up to this length: a session replays its earlier blocks with every
+# call, and the same source always gets the same verdict.
+_VERDICT_CACHE_MAX_CODE = 8192
+
+
+def verdict(code: str, whitelist: tuple[str, ...], max_code_bytes: int, max_nesting: int,
+            max_literal_len: int) -> ExecResult | bool:
+    """`validate` without the tree: the failure `ExecResult`, or whether the code is
+    deterministic (`is_deterministic`). Remembered for the last 1024 short sources."""
+    if isinstance(code, str) and len(code) <= _VERDICT_CACHE_MAX_CODE:
+        return _cached_verdict(code, tuple(whitelist), max_code_bytes, max_nesting,
+                               max_literal_len)
+    return _verdict(code, whitelist, max_code_bytes, max_nesting, max_literal_len)
+
+
+def _verdict(code: str, whitelist: tuple[str, ...], max_code_bytes: int, max_nesting: int,
+             max_literal_len: int) -> ExecResult | bool:
+    checked = validate(code, whitelist, max_code_bytes, max_nesting, max_literal_len)
+    return checked if isinstance(checked, ExecResult) else is_deterministic(checked)
+
+
+_cached_verdict = functools.lru_cache(maxsize=1024)(_verdict)
+
+
 def _parse(code: str) -> ast.Module:
     with _PARSE_LOCK:
         try:
@@ -99,7 +124,12 @@ def _check_tree(tree: ast.AST, whitelist: frozenset[str], max_nesting: int,
                 raise Rejected("SecurityError", f"nesting deeper than {max_nesting} "
                                f"(line {getattr(node, 'lineno', '?')}) is not allowed")
         _check_node(node, whitelist, max_literal_len)
-        stack.extend((child, depth) for child in ast.iter_child_nodes(node))
+        for name in node._fields:  # ast.iter_child_nodes, without a generator per node
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append((value, depth))
+            elif isinstance(value, list):
+                stack.extend((item, depth) for item in value if isinstance(item, ast.AST))
 
 
 def _check_node(node: ast.AST, whitelist: frozenset[str], max_literal_len: int) -> None:

@@ -1,7 +1,10 @@
 """The building blocks on their own: the memory cgroup, tree removal, the result format, the
-sibling fork, and stateful sessions."""
+sibling fork, the seccomp program, and stateful sessions."""
 
+import ctypes
+import ctypes.util
 import os
+import struct
 import subprocess
 import sys
 
@@ -80,6 +83,53 @@ def test_result_format_round_trip_and_bounds():
     assert decode_result(data, RESULT_CAP + 1) is None
     long = encode_result("E", "d" * 10**6, 1.0)
     assert len(decode_result(long, len(long))["detail"]) == 2000
+
+
+def _run_bpf(program: bytes, nr: int, arch: int) -> int:
+    """The action a classic BPF seccomp program returns for syscall ``nr`` of ``arch`` (no
+    arguments): an interpreter of the instructions libseccomp emits."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *([0] * 6))
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    acc, pc = 0, 0
+    for _ in range(10 * len(insns)):
+        code, jt, jf, k = insns[pc]
+        pc += 1
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # ret k
+            return k
+        elif code == 0x05:  # ja
+            pc += k
+        elif code in (0x15, 0x25, 0x35, 0x45):  # jeq, jgt, jge, jset
+            taken = {0x15: acc == k, 0x25: acc > k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        elif code == 0x54:  # and k
+            acc &= k
+        else:
+            raise AssertionError(f"instruction {code:#x} not interpreted")
+    raise AssertionError("the program did not return")
+
+
+def test_seccomp_binary_tree_decides_as_the_linear_list():
+    """The installed program (a binary search over syscall numbers) returns the same action as
+    libseccomp's linear list for every syscall number, of this and of foreign architectures,
+    and denies exactly the listed syscalls."""
+    tree, linear = syscalls.compile_seccomp_filter(), syscalls.compile_seccomp_filter(False)
+    if tree is None:
+        pytest.skip("no libseccomp on this machine")
+    assert tree != linear
+    native = struct.unpack_from("<I", linear, 8 * 1 + 4)[0]  # the arch the program checks first
+    numbers = [*range(-1, 1100), *(0x40000000 + n for n in range(600))]
+    for arch in (native, 0xC000003E, 0x40000003, 0xC00000B7):
+        assert [_run_bpf(tree, n, arch) for n in numbers] == \
+            [_run_bpf(linear, n, arch) for n in numbers]
+    lib = ctypes.CDLL(ctypes.util.find_library("seccomp"))
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    listed = {lib.seccomp_syscall_resolve_name(name.encode())
+              for name in syscalls.DENIED_SYSCALLS} - {-1}
+    actions = {n: _run_bpf(tree, n, native) for n in range(1100)}
+    assert {n for n, action in actions.items() if action == 0x00050001} == listed  # EPERM
+    assert {n for n, action in actions.items() if action == 0x7FFF0000} == set(actions) - listed
 
 
 def test_fork_sibling_makes_a_child_of_the_parent():
