@@ -9,6 +9,7 @@ from agentic_jax.rl.advantages import (
     masked_whiten,
     token_level_rewards,
 )
+from agentic_jax.rl.aggregation import AGGREGATIONS, Pooled, aggregate
 from agentic_jax.rl.filters import (
     FilterConfig,
     episode_filter,
@@ -18,11 +19,8 @@ from agentic_jax.rl.filters import (
 )
 from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate, kl_penalized_rewards
 from agentic_jax.rl.losses import (
-    AGGREGATIONS,
     POLICY_LOSSES,
     LossConfig,
-    Pooled,
-    aggregate,
     entropy_from_logits,
     explained_variance,
     logprobs_and_entropy,

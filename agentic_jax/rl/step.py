@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from agentic_jax.rl import losses
+from agentic_jax.rl.aggregation import aggregation_denominator
 from agentic_jax.rl.optim import current_lr
 from agentic_jax.rl.shardings import (
     BATCH_AXES, TrainShardings, in_device_memory, params_and_rest)
@@ -329,7 +330,7 @@ def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array
         )
     chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
     params, rest = params_and_rest(state)
-    loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
+    loss_denom = aggregation_denominator(batch.loss_mask, loss_config.aggregation)
     loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
     with context_mesh(mesh):
         loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)

@@ -16,12 +16,8 @@ from agentic_jax.rl import (
     loss_terms,
     objective,
 )
-from agentic_jax.rl.losses import (
-    aggregation_denominator,
-    ppo_clip_loss,
-    reinforce_loss,
-    value_loss,
-)
+from agentic_jax.rl.aggregation import aggregation_denominator
+from agentic_jax.rl.losses import ppo_clip_loss, reinforce_loss, value_loss
 
 
 def _row(*xs):
