@@ -17,6 +17,7 @@ from agentic_jax.rl.filters import (
     mask_episodes,
     nonuniform_group_mask,
 )
+from agentic_jax.rl.forward import compute_logprobs
 from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate, kl_penalized_rewards
 from agentic_jax.rl.losses import (
     POLICY_LOSSES,
@@ -29,7 +30,7 @@ from agentic_jax.rl.losses import (
 )
 from agentic_jax.rl.optim import current_lr, make_optimizer
 from agentic_jax.rl.shardings import TrainShardings, init_opt_state, train_shardings
-from agentic_jax.rl.step import TrainBatch, compute_logprobs, make_train_step
+from agentic_jax.rl.step import TrainBatch, make_train_step
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
