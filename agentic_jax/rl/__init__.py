@@ -22,7 +22,6 @@ from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate, kl_penalized_rewards
 from agentic_jax.rl.losses import (
     POLICY_LOSSES,
     LossConfig,
-    entropy_from_logits,
     explained_variance,
     logprobs_and_entropy,
     loss_terms,
@@ -46,7 +45,6 @@ __all__ = [
     "aggregate",
     "compute_logprobs",
     "current_lr",
-    "entropy_from_logits",
     "episode_filter",
     "explained_variance",
     "get_advantage_estimator",

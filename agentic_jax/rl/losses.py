@@ -76,15 +76,9 @@ class LossConfig:
 # ---------------------------------------------------------------------------- per-token terms
 
 
-def entropy_from_logits(logits: Array) -> Array:
-    """H = -sum_v p_v log p_v, p = softmax(logits): [B, T, V] -> [B, T] (float32)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -(jnp.exp(logp) * logp).sum(axis=-1)
-
-
 def logprobs_and_entropy(logits: Array, targets: Array) -> tuple[Array, Array]:
-    """(log p[target], H) from one log-softmax pass over the vocabulary: [B, T, V], [B, T] ->
-    ([B, T], [B, T]) float32. The [B, T, V] pass dominates the loss's cost, so it is done once."""
+    """(log p[target], H = -sum_v p_v log p_v) from one log-softmax pass over the vocabulary:
+    [B, T, V], [B, T] -> ([B, T], [B, T]) float32. The [B, T, V] pass dominates the loss's cost, so it is done once."""
     chex.assert_equal_shape_prefix([logits, targets], targets.ndim)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
