@@ -53,7 +53,8 @@ def main(argv: list[str]) -> int:
         from agentic_jax.episodes.model_defaults import with_model_defaults
         from agentic_jax.evaluation.benchmarks import evaluate_in_training
         from agentic_jax.evaluation.held_out import evaluate
-        from agentic_jax.training.run import Evaluators, train
+        from agentic_jax.training.evaluators import Evaluators
+        from agentic_jax.training.run import train
 
         overrides = (config_flags.get_override_values(flags.FLAGS["config"])
                      if _CONFIG.value is not None else {})

@@ -8,7 +8,7 @@ weights (the values do not change the memory):
   before         the LM head applied to the whole batch at once (the [B, T, V] logits, their
                  log-softmax and gradients live together) and every layer's activations kept
                  for the backward pass, attention probabilities [B, H, T, T] included
-  pieces only    the LM head in pieces along the sequence (agentic_jax.rl.step)
+  pieces only    the LM head in pieces along the sequence (agentic_jax.rl.forward)
   full FT        pieces, and each layer recomputed in the backward pass (model.remat=full):
                  what a pretrained model trains with
   LoRA r=16      the same, only rank-16 adapters (and the value head) train
@@ -74,12 +74,12 @@ def measure(args: argparse.Namespace, variant: str) -> dict:
 
     from agentic_jax.models import Transformer
     from agentic_jax.rl import LossConfig, init_opt_state, make_optimizer, make_train_step
-    from agentic_jax.rl import step as step_lib
+    from agentic_jax.rl import forward
     from agentic_jax.rl.shardings import params_and_rest
 
     spec = VARIANTS[variant]
     if spec["whole_logits"]:
-        step_lib.FULL_LOGITS_MAX_ELEMENTS = 1 << 62
+        forward.FULL_LOGITS_MAX_ELEMENTS = 1 << 62
     cfg = model_config(args.model, spec["lora_rank"], spec["remat"])
     graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
     optimizer = make_optimizer(1e-6, warmup_steps=0, total_steps=100, weight_decay=0.0)

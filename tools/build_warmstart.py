@@ -1,4 +1,5 @@
-r"""Saves the warm start of a config's recipe where runs find it (`agentic_jax.training.warmstart`).
+r"""Saves the warm start of a config's recipe where runs find it
+(`agentic_jax.training.warmstart_results`).
 
     python tools/build_warmstart.py --config=configs/math_ppo.py \
         --out=agentic_jax/training/assets/warmstart/seed0
@@ -31,11 +32,11 @@ _FROM_RUN = flags.DEFINE_string("from_run", None,
 
 def _from_run(run_dir: str, config_dict: dict, like, shardings):
     from agentic_jax.rl import state as state_lib
-    from agentic_jax.training import warmstart
+    from agentic_jax.training import warmstart_results
 
     with open(os.path.join(run_dir, "config.json")) as f:
         recorded = json.load(f)["config"]
-    diff = warmstart.config_differences(recorded, config_dict)
+    diff = warmstart_results.config_differences(recorded, config_dict)
     if diff:
         raise ValueError(f"{run_dir}: its warm start has another recipe ({', '.join(diff)})")
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     from agentic_jax.config import read_config
-    from agentic_jax.training import warmstart
+    from agentic_jax.training import warmstart, warmstart_results
     from agentic_jax.training.builders import build_run
 
     config = _CONFIG.value
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
         else:
             params, metrics = warmstart.warm_start(run, state.params)
             made_by = f"python tools/build_warmstart.py {' '.join(sys.argv[1:])}"
-        out = warmstart.save_result(_OUT.value, params, wanted, metrics, made_by)
+        out = warmstart_results.save_result(_OUT.value, params, wanted, metrics, made_by)
     finally:
         run.policy.close()
     print(f"wrote {out}: loss {metrics.get('warmstart/loss', float('nan')):.4f}")

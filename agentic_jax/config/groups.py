@@ -334,7 +334,7 @@ class EnvironmentConfig:
 @dataclasses.dataclass(frozen=True)
 class WarmStartConfig:
     """``warmstart.*``: supervised steps on reference solutions before RL. ``shipped``: load the
-    packaged result of this exact recipe where there is one (`training.warmstart.find_shipped`)
+    packaged result of this exact recipe where there is one (`training.warmstart_results.find_shipped`)
     instead of training it again. ``disjoint``: the warm start's problems (``steps`` x
     ``batch_size`` of the training set, seeded) are set aside, and RL draws from the rest."""
 

@@ -3,8 +3,9 @@
     problems = load_benchmark("math500.jsonl", name="math500")
     sets = load_benchmarks(parse_benchmark_specs("math500=/d/math500,aime24=/d/aime24.parquet"))
 
-Files are read by ``table_files.read_rows`` (jsonl, json, parquet, a ``datasets`` directory).
-Layouts are recognised by their column names, row by row:
+Files are read by ``table_files.read_rows`` (jsonl, json, parquet, a ``datasets`` directory)
+and fields cleaned by ``table_files.field_text``. Layouts are recognised by their column names,
+row by row:
 
     math            problem, solution[, answer], subject | type, level, unique_id
                     (MATH, MATH500, Minerva's problem/solution files, DeepScaleR); without an
@@ -26,14 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agentic_jax.data.checks import numeric_tests
+from agentic_jax.data.gsm8k import normalise_gsm8k_answer, split_path
 from agentic_jax.data.problem import Problem
-from agentic_jax.data.sources import SourceStats, normalise_gsm8k_answer, numeric_tests
-from agentic_jax.data.table_files import read_rows
+from agentic_jax.data.table_files import SourceStats, field_text, read_rows
 from agentic_jax.errors import UserError
 from agentic_jax.reward.extract import extract_answer
 
@@ -61,29 +62,6 @@ class Fields:
     row_id: str = ""
 
 
-def _text(value: Any, field: str) -> str:
-    if value is None:
-        raise UserError(f"field {field!r}: missing")
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
-    if isinstance(value, bool):
-        raise UserError(f"field {field!r}: expected text, got a boolean")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise UserError(f"field {field!r}: not a finite number")
-        value = int(value) if value.is_integer() else value  # AMC writes 142.0
-    if isinstance(value, int | float):
-        value = str(value)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value) and value:
-        value = ", ".join(v.strip() for v in value)  # OlympiadBench's final_answer list
-    if not isinstance(value, str):
-        raise UserError(f"field {field!r}: expected text, got {type(value).__name__}")
-    value = value.strip()
-    if not value:
-        raise UserError(f"field {field!r}: empty")
-    return value
-
-
 def _first(row: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
     return next(((k, row[k]) for k in keys if row.get(k) not in (None, "")), None)
 
@@ -100,21 +78,22 @@ def _orz(row: list) -> Fields:
         raise UserError("expected [human message, assistant message with ground_truth]")
     truth = row[1].get("ground_truth")
     answer = truth.get("value") if isinstance(truth, Mapping) else truth
-    return Fields("orz", _text(row[0].get("value"), "value"), _text(answer, "ground_truth"))
+    return Fields("orz", field_text(row[0].get("value"), "value"),
+                  field_text(answer, "ground_truth"))
 
 
 def _dapo(row: Mapping[str, Any]) -> Fields:
     messages = row.get("prompt")
     if not isinstance(messages, list) or not messages or not isinstance(messages[-1], Mapping):
         raise UserError("field 'prompt': expected a list of chat messages")
-    question = _text(messages[-1].get("content"), "prompt.content")
+    question = field_text(messages[-1].get("content"), "prompt.content")
     if question.startswith(_DAPO_PREFIX) and "\n\n" in question:
         question = question.split("\n\n", 1)[1].split(_DAPO_SUFFIX, 1)[0].strip()
     truth = row["reward_model"]
     answer = truth.get("ground_truth") if isinstance(truth, Mapping) else None
     extra = row.get("extra_info")
     row_id = extra.get("index", "") if isinstance(extra, Mapping) else ""
-    return Fields("dapo", question, _text(answer, "reward_model.ground_truth"),
+    return Fields("dapo", question, field_text(answer, "reward_model.ground_truth"),
                   row_id=str(row_id))
 
 
@@ -143,16 +122,16 @@ def read_fields(row: Any) -> Fields:
     found = _first(row, _QUESTION_KEYS)
     if found is None:
         raise UserError(f"no question column (one of {', '.join(_QUESTION_KEYS)})")
-    question = _text(found[1], found[0])
-    solution = _text(row["solution"], "solution") if row.get("solution") else ""
+    question = field_text(found[1], found[0])
+    solution = field_text(row["solution"], "solution") if row.get("solution") else ""
     if layout == "gsm8k":
         answer = normalise_gsm8k_answer(row["answer"])
         solution = row["answer"].rsplit("####", 1)[0].strip()
     elif layout == "olympiadbench":
-        answer = _text(row["final_answer"], "final_answer")
+        answer = field_text(row["final_answer"], "final_answer")
     else:
         stated = _first(row, _ANSWER_KEYS)
-        answer = _text(stated[1], stated[0]) if stated else extract_answer(solution)
+        answer = field_text(stated[1], stated[0]) if stated else extract_answer(solution)
         if answer is None:
             raise UserError("no answer column and no final answer in the solution")
     if isinstance(row.get("solution"), list):
@@ -217,8 +196,6 @@ def load_benchmark(path: str, *, name: str | None = None, split: str | None = No
 
 def shipped_benchmarks() -> dict[str, str]:
     """The benchmarks the package holds, by the name a spec may give alone: GSM8K's test set."""
-    from agentic_jax.data.gsm8k import split_path
-
     return {"gsm8k": str(split_path("test"))}
 
 

@@ -8,6 +8,10 @@ asks. Parsing with sympy's `parse_expr` happens only here, inside the sandbox.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
+from agentic_jax.data.symbolic import num
+
 PRELUDE = r'''import sympy
 from sympy.parsing.sympy_parser import (parse_expr, standard_transformations,
                                         implicit_multiplication_application)
@@ -90,6 +94,15 @@ def _program(*lines: str) -> str:
 def value_test(reference: str) -> str:
     """ANSWER equals the number `reference` (exact for rationals, 1e-6 otherwise)."""
     return _program(f"assert _same(_value(ANSWER), sympy.Rational('{reference}'))")
+
+
+def numeric_tests(answer: str) -> str:
+    """A value test when the answer is a plain number, else "" (graded by equivalence only)."""
+    try:
+        value = Fraction(answer)
+    except (ValueError, ZeroDivisionError):
+        return ""
+    return value_test(num(value))
 
 
 def roots_test(equation: str, count: int) -> str:

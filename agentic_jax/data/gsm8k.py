@@ -29,9 +29,9 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+from agentic_jax.data.checks import numeric_tests
 from agentic_jax.data.problem import Problem
-from agentic_jax.data.sources import SourceStats, normalise_gsm8k_answer, numeric_tests
-from agentic_jax.data.table_files import read_rows
+from agentic_jax.data.table_files import SourceStats, read_rows
 from agentic_jax.errors import UserError
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "corpora" / "gsm8k"
@@ -56,6 +56,17 @@ def split_path(split: str, path: str | os.PathLike | None = None) -> Path:
     if not file.is_file():
         raise UserError(f"gsm8k: no {split} file at {file}")
     return file
+
+
+def normalise_gsm8k_answer(solution: str) -> str:
+    """The final answer of a GSM8K solution: after the last "####", no commas, $ or final dot."""
+    if "####" not in solution:
+        raise UserError("field 'answer': no '####' final answer")
+    answer = solution.rsplit("####", 1)[1].strip()
+    answer = re.sub(r"(?<=\d),(?=\d{3})", "", answer).replace("$", "").rstrip(".").strip()
+    if not answer:
+        raise UserError("field 'answer': empty after '####'")
+    return answer
 
 
 def final_number(solution: str) -> str:

@@ -19,83 +19,23 @@ once with `file_format="array_record"`; nothing is downloaded here).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping
-from fractions import Fraction
 from typing import Any
 
-from agentic_jax.data import checks, symbolic
+from agentic_jax.data.checks import numeric_tests
 from agentic_jax.data.curriculum import generate_curriculum
+from agentic_jax.data.gsm8k import load_gsm8k
 from agentic_jax.data.problem import Problem
 from agentic_jax.data.split import split_problems
+from agentic_jax.data.table_files import SourceStats, field_text, read_jsonl
 from agentic_jax.errors import UserError
-from agentic_jax.utils.files import loads_bounded
 
 _TFDS_BUILDER_MODULES = (
     "tensorflow_datasets.datasets.math_dataset.math_dataset_dataset_builder",
 )
-_BYTES_REPR = re.compile(r"""b(['"])(.*)\1""", re.DOTALL)
-_REASONS_KEPT = 20
-
-
-@dataclasses.dataclass
-class SourceStats:
-    """Counts of a load: rows turned into problems and malformed rows skipped (with reasons)."""
-
-    loaded: int = 0
-    skipped: int = 0
-    reasons: list[str] = dataclasses.field(default_factory=list)
-
-    def skip(self, where: str, why: str) -> None:
-        """Counts one malformed row and logs why."""
-        self.skipped += 1
-        if len(self.reasons) < _REASONS_KEPT:
-            self.reasons.append(f"{where}: {why}")
-        logging.warning("skipping malformed row %s: %s", where, why)
-
-
-def _text(value: Any, field: str) -> str:
-    """A dataset field as clean text: bytes decoded, a printed b'...' unwrapped, edges trimmed."""
-    if value is None:
-        raise UserError(f"field {field!r}: missing")
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise UserError(f"field {field!r}: expected text, got {type(value).__name__}")
-    text = str(value).strip()
-    match = _BYTES_REPR.fullmatch(text)
-    if match:
-        text = match.group(2)
-    while text.endswith("\\n"):
-        text = text[:-2]
-    text = text.strip()
-    if not text:
-        raise UserError(f"field {field!r}: empty")
-    return text
-
-
-def normalise_gsm8k_answer(solution: str) -> str:
-    """The final answer of a GSM8K solution: after the last "####", no commas, $ or final dot."""
-    if "####" not in solution:
-        raise UserError("field 'answer': no '####' final answer")
-    answer = solution.rsplit("####", 1)[1].strip()
-    answer = re.sub(r"(?<=\d),(?=\d{3})", "", answer).replace("$", "").rstrip(".").strip()
-    if not answer:
-        raise UserError("field 'answer': empty after '####'")
-    return answer
-
-
-def numeric_tests(answer: str) -> str:
-    """A value test when the answer is a plain number, else "" (graded by equivalence only)."""
-    try:
-        value = Fraction(answer)
-    except (ValueError, ZeroDivisionError):
-        return ""
-    return checks.value_test(symbolic.num(value))
 
 
 def _external(problem_id: str, kind: str, question: str, answer: str, tests: str | None = None,
@@ -109,29 +49,25 @@ def _external(problem_id: str, kind: str, question: str, answer: str, tests: str
 
 def _jsonl_rows(path: str, stats: SourceStats) -> Iterator[Problem]:
     name = os.path.basename(path)
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = loads_bounded(line)  # a deep line is a ValueError, not a crash
-                if not isinstance(row, dict):
-                    raise UserError(f"expected a JSON object, got {type(row).__name__}")
-                tests = row.get("tests")
-                if tests is not None and not isinstance(tests, str):
-                    raise UserError("field 'tests': expected a string")
-                question, answer = _text(row.get("question"), "question"), _text(
-                    row.get("answer"), "answer")
-            except ValueError as err:  # json.JSONDecodeError is a ValueError too
-                stats.skip(where, str(err))
-                continue
-            yield _external(f"jsonl:{name}:{line_no}", "jsonl", question, answer, tests)
+    for row in read_jsonl(path, on_error=stats.skip):
+        try:
+            if not isinstance(row.data, dict):
+                raise UserError(f"expected a JSON object, got {type(row.data).__name__}")
+            tests = row.data.get("tests")
+            if tests is not None and not isinstance(tests, str):
+                raise UserError("field 'tests': expected a string")
+            question = field_text(row.data.get("question"), "question")
+            answer = field_text(row.data.get("answer"), "answer")
+        except ValueError as err:
+            stats.skip(row.where, str(err))
+            continue
+        line_no = row.where.rsplit(":", 1)[1]
+        yield _external(f"jsonl:{name}:{line_no}", "jsonl", question, answer, tests)
 
 
 def _math_dataset_problem(name: str, index: int, row: Mapping[str, Any]) -> Problem:
-    return _external(f"{name}:{index}", name, _text(row.get("question"), "question"),
-                     _text(row.get("answer"), "answer"))
+    return _external(f"{name}:{index}", name, field_text(row.get("question"), "question"),
+                     field_text(row.get("answer"), "answer"))
 
 
 def _tfds_rows(spec: str, split: str, data_dir: str | None, stats: SourceStats
@@ -162,7 +98,7 @@ def _curriculum(split: str, seed: int, test_fraction: float) -> list[Problem]:
 
 def _file(path: str, split: str, seed: int, test_fraction: float,
           levels: Iterable[int] | None, stats: SourceStats) -> list[Problem]:
-    # benchmarks reads rows with this module's helpers, so it is imported here, not above.
+    # benchmarks grades with agentic_jax.reward, which loads sympy: imported when it is used.
     from agentic_jax.data.benchmarks import load_benchmark
 
     if split not in ("train", "test"):
@@ -208,9 +144,6 @@ def load_source(spec: str, *, split: str = "train", seed: int = 0, test_fraction
     elif spec.startswith("file:"):
         rows = _file(spec[len("file:"):], split, seed, test_fraction, levels, stats)
     elif spec == "gsm8k" or spec.startswith("gsm8k:"):
-        # gsm8k reads rows with this module's helpers, so it is imported here, not above.
-        from agentic_jax.data.gsm8k import load_gsm8k
-
         rows = load_gsm8k(split, path=spec[len("gsm8k:"):] or None, stats=stats)
     elif spec.startswith("math_dataset/"):
         rows = _tfds_rows(spec, split, data_dir, stats)

@@ -1,19 +1,27 @@
-"""Rows of a local table file: jsonl, json, parquet, or a Hugging Face ``datasets`` directory.
+"""Rows of a local table file (jsonl, json, parquet, a Hugging Face ``datasets`` directory),
+the text of a row's field, and the counts of a load.
 
     rows = read_rows("aime24.parquet")          # -> Iterator[Row]
     rows = read_rows("math500/", split="test")  # a save_to_disk directory or a snapshot folder
+    rows = read_jsonl("train.txt", on_error=stats.skip)  # JSON lines, whatever the file's name
+    question = field_text(row.data.get("question"), "question")
 
 Each row comes with ``where`` ("file.jsonl:12", "dir[test][3]") so a row that cannot be read
 can be named. A line that is not JSON is reported through ``on_error`` and skipped; a file that
-cannot be opened at all is a ValueError naming it. Nothing is downloaded: ``datasets`` reads
-only what ``save_to_disk`` wrote, and parquet goes through pyarrow.
+cannot be opened at all is a ValueError naming it. ``SourceStats.skip`` is the ``on_error``
+of a load: it counts the row and logs one line naming it. Nothing is downloaded: ``datasets``
+reads only what ``save_to_disk`` wrote, and parquet goes through pyarrow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
+import logging
+import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -21,6 +29,8 @@ from agentic_jax.errors import UserError
 from agentic_jax.utils.files import loads_bounded
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+_BYTES_REPR = re.compile(r"""b(['"])(.*)\1""", re.DOTALL)
+_REASONS_KEPT = 20
 
 
 class Row(NamedTuple):
@@ -30,7 +40,59 @@ class Row(NamedTuple):
     data: Any
 
 
-def _jsonl(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
+@dataclasses.dataclass
+class SourceStats:
+    """Counts of a load: rows turned into problems and malformed rows skipped (with reasons)."""
+
+    loaded: int = 0
+    skipped: int = 0
+    reasons: list[str] = dataclasses.field(default_factory=list)
+
+    def skip(self, where: str, why: str) -> None:
+        """Counts one malformed row and logs why."""
+        self.skipped += 1
+        if len(self.reasons) < _REASONS_KEPT:
+            self.reasons.append(f"{where}: {why}")
+        logging.warning("skipping malformed row %s: %s", where, why)
+
+
+def field_text(value: Any, field: str) -> str:
+    """A row's field as clean text; UserError naming the field when it holds none.
+
+    Bytes are decoded and a printed b'...' unwrapped (tfds' math_dataset), a whole float is
+    written as an integer (AMC's 142.0), a list of strings is joined with ", " (OlympiadBench's
+    final_answer); whitespace and literal "\\n"s at the end are trimmed.
+    """
+    if value is None:
+        raise UserError(f"field {field!r}: missing")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, bool):
+        raise UserError(f"field {field!r}: expected text, got a boolean")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise UserError(f"field {field!r}: not a finite number")
+        value = int(value) if value.is_integer() else value
+    if isinstance(value, int | float):
+        value = str(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        value = ", ".join(v.strip() for v in value)
+    if not isinstance(value, str):
+        raise UserError(f"field {field!r}: expected text, got {type(value).__name__}")
+    text = value.strip()
+    match = _BYTES_REPR.fullmatch(text)
+    if match:
+        text = match.group(2)
+    while text.endswith("\\n"):
+        text = text[:-2]
+    text = text.strip()
+    if not text:
+        raise UserError(f"field {field!r}: empty")
+    return text
+
+
+def read_jsonl(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
+    """The rows of a JSON-lines file, whatever its name; blank lines are passed over."""
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -55,7 +117,7 @@ def _json(path: str, on_error: Callable[[str, str], None]) -> Iterator[Row]:
             raise UserError(f"{path}: JSON nested too deep to read") from None
         except json.JSONDecodeError as err:
             if err.msg == "Extra data":  # JSON lines under a .json name, as hub exports often are
-                yield from _jsonl(path, on_error)
+                yield from read_jsonl(path, on_error)
                 return
             raise UserError(f"{path}: not a JSON file ({err.msg} at line {err.lineno})") from err
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...]}: the one list inside
@@ -126,7 +188,7 @@ def read_rows(path: str, *, split: str | None = None,
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such file or directory")
     if path.endswith(".jsonl"):
-        yield from _jsonl(path, on_error)
+        yield from read_jsonl(path, on_error)
     elif path.endswith(".json"):
         yield from _json(path, on_error)
     elif path.endswith(".parquet"):

@@ -9,6 +9,7 @@ from agentic_jax.rl.advantages import (
     masked_whiten,
     token_level_rewards,
 )
+from agentic_jax.rl.aggregation import AGGREGATIONS, Pooled, aggregate
 from agentic_jax.rl.filters import (
     FilterConfig,
     episode_filter,
@@ -16,14 +17,11 @@ from agentic_jax.rl.filters import (
     mask_episodes,
     nonuniform_group_mask,
 )
+from agentic_jax.rl.forward import compute_logprobs
 from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate, kl_penalized_rewards
 from agentic_jax.rl.losses import (
-    AGGREGATIONS,
     POLICY_LOSSES,
     LossConfig,
-    Pooled,
-    aggregate,
-    entropy_from_logits,
     explained_variance,
     logprobs_and_entropy,
     loss_terms,
@@ -31,7 +29,7 @@ from agentic_jax.rl.losses import (
 )
 from agentic_jax.rl.optim import current_lr, make_optimizer
 from agentic_jax.rl.shardings import TrainShardings, init_opt_state, train_shardings
-from agentic_jax.rl.step import TrainBatch, compute_logprobs, make_train_step
+from agentic_jax.rl.step import TrainBatch, make_train_step
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -47,7 +45,6 @@ __all__ = [
     "aggregate",
     "compute_logprobs",
     "current_lr",
-    "entropy_from_logits",
     "episode_filter",
     "explained_variance",
     "get_advantage_estimator",

@@ -10,7 +10,7 @@ and 0 on prompt, tool-output and padding tokens. An episode's decision steps are
 t_1 < t_2 < ... < t_n; tool-output tokens between them are part of the environment's transition,
 so every recurrence below runs over model tokens only (the "next" state of t_i is t_{i+1}, however
 many tool tokens lie between). The outcome reward is paid on the last model token t_n;
-`token_rewards` [B, T] (e.g. -beta * KL to a reference, see `losses.kl_penalized_rewards`) is added
+`token_rewards` [B, T] (e.g. -beta * KL to a reference, see `kl.kl_penalized_rewards`) is added
 on every model token. Outputs are zero wherever loss_mask is 0.
 """
 

@@ -15,8 +15,9 @@ from agentic_jax.parallel.distributed import gather_rows, host_max, put_rows
 from agentic_jax.rl import advantages as adv_lib
 from agentic_jax.rl import filters as filter_lib
 from agentic_jax.rl import off_policy
+from agentic_jax.rl.forward import compute_logprobs
 from agentic_jax.rl.kl import kl_estimate
-from agentic_jax.rl.step import TrainBatch, compute_logprobs
+from agentic_jax.rl.step import TrainBatch
 from agentic_jax.rollout import RolloutBatch
 
 Array = jax.Array

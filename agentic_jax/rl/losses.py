@@ -1,4 +1,4 @@
-"""Policy-gradient and value losses and their aggregation, as pure functions over [B, T]
+"""Policy-gradient and value losses and the PPO objective, as pure functions over [B, T]
 (the KL estimators are in `agentic_jax.rl.kl`).
 
 Conventions. Index t of every [B, T] array refers to token t chosen from the prefix < t:
@@ -6,10 +6,8 @@ logprobs[:, t] = log pi(tokens[:, t] | tokens[:, :t]) and values[:, t] = V(token
 `loss_mask` is 1 on model-generated tokens only, so prompt, tool-output and padding tokens are
 excluded from every term.
 
-Aggregation returns a `Pooled(sum, denom)` instead of a mean: a batch split into micro-batches
-pools exactly by adding sums and denominators. The denominators depend only on `loss_mask`, so
-the step divides each micro-batch's sums by the full batch's denominator before differentiating
-(`objective(..., loss_denom)`), and the micro-batch gradients add up to the full batch's.
+Every term is aggregated into a `Pooled(sum, denom)` by `agentic_jax.rl.aggregation`, so that
+micro-batches pool exactly (`objective(..., loss_denom)`).
 """
 
 from __future__ import annotations
@@ -22,21 +20,10 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from agentic_jax.rl.aggregation import AGGREGATIONS, Pooled, aggregate
 from agentic_jax.rl.kl import KL_ESTIMATORS, kl_estimate
 
 Array = jax.Array
-
-AGGREGATIONS = ("token_mean", "sequence_mean", "sequence_sum")
-
-
-class Pooled(NamedTuple):
-    """A loss or metric as (sum, denominator); pools across micro-batches by adding sums."""
-
-    sum: Array
-    denom: Array
-
-    def mean(self) -> Array:
-        return self.sum / jnp.maximum(self.denom, 1e-8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,51 +73,12 @@ class LossConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
 
 
-# ---------------------------------------------------------------------------- aggregation
-
-
-def aggregation_denominator(loss_mask: Array, mode: str) -> Array:
-    """Denominator of `aggregate`: sum(mask) for token_mean, else the number of rows with a
-    model token."""
-    chex.assert_rank(loss_mask, 2)
-    mask = loss_mask.astype(jnp.float32)
-    if mode == "token_mean":
-        return mask.sum()
-    if mode in ("sequence_mean", "sequence_sum"):
-        return (mask.sum(axis=1) > 0).sum().astype(jnp.float32)
-    raise ValueError(f"aggregation: expected one of {AGGREGATIONS}, got {mode!r}")
-
-
-def aggregate(per_token: Array, loss_mask: Array, mode: str) -> Pooled:
-    """Masked reduction of a [B, T] term, m = loss_mask, n_b = sum_t m_bt:
-
-    token_mean:    sum_bt m l / sum_bt m
-    sequence_mean: sum_b (sum_t m l / n_b) / #{b : n_b > 0}
-    sequence_sum:  sum_b sum_t m l / #{b : n_b > 0}        (no length normalisation, Dr. GRPO)
-    """
-    chex.assert_equal_shape([per_token, loss_mask])
-    mask = loss_mask.astype(jnp.float32)
-    masked = jnp.where(mask > 0, per_token.astype(jnp.float32), 0.0) * mask
-    if mode == "sequence_mean":
-        per_seq = masked.sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
-        total = per_seq.sum()
-    else:
-        total = masked.sum()
-    return Pooled(total, aggregation_denominator(mask, mode))
-
-
 # ---------------------------------------------------------------------------- per-token terms
 
 
-def entropy_from_logits(logits: Array) -> Array:
-    """H = -sum_v p_v log p_v, p = softmax(logits): [B, T, V] -> [B, T] (float32)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -(jnp.exp(logp) * logp).sum(axis=-1)
-
-
 def logprobs_and_entropy(logits: Array, targets: Array) -> tuple[Array, Array]:
-    """(log p[target], H) from one log-softmax pass over the vocabulary: [B, T, V], [B, T] ->
-    ([B, T], [B, T]) float32. The [B, T, V] pass dominates the loss's cost, so it is done once."""
+    """(log p[target], H = -sum_v p_v log p_v) from one log-softmax pass over the vocabulary:
+    [B, T, V], [B, T] -> ([B, T], [B, T]) float32. The [B, T, V] pass dominates the loss's cost, so it is done once."""
     chex.assert_equal_shape_prefix([logits, targets], targets.ndim)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]

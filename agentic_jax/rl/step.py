@@ -1,7 +1,8 @@
 """The compiled PPO update: one jit over the mesh with micro-batch accumulation and skip-on-NaN.
 
 The model crosses the jit boundary as `nnx.split(model) -> (graphdef, state)`; the step merges it
-inside. Only `nnx.Param` leaves are trained, other state passes through unchanged.
+inside and scores the batch with `agentic_jax.rl.forward.policy_outputs`. Only `nnx.Param` leaves
+are trained, other state passes through unchanged.
 
 Sharding: parameters and optimizer state keep the shardings given by `train_shardings` (from
 `agentic_jax.parallel.param_shardings`); batch rows are split over the ("data", "fsdp") mesh
@@ -10,7 +11,6 @@ axes and replicated over "tensor"; metrics are replicated scalars.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +24,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from agentic_jax.rl import losses
+from agentic_jax.rl.aggregation import aggregation_denominator
+from agentic_jax.rl.forward import cast_floats, context_mesh, policy_outputs, split_rows
 from agentic_jax.rl.optim import current_lr
 from agentic_jax.rl.shardings import (
     BATCH_AXES, TrainShardings, in_device_memory, params_and_rest)
@@ -66,132 +68,6 @@ def as_train_batch(batch: TrainBatch | dict[str, Array]) -> TrainBatch:
     return TrainBatch(**batch)
 
 
-# ---------------------------------------------------------------------------- forward
-
-
-def _cast_floats(tree, dtype: str | None):
-    """Floating leaves cast to dtype (None: unchanged)."""
-    if dtype is None:
-        return tree
-    cast = lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
-    return jax.tree.map(cast, tree)
-
-
-def _shift_right(x: Array) -> Array:
-    """[B, T-1, ...] made from prefixes <= t -> [B, T, ...] indexed by the predicted token."""
-    pad = [(0, 0), (1, 0)] + [(0, 0)] * (x.ndim - 2)
-    return jnp.pad(x, pad)
-
-
-def policy_outputs(
-    model: nnx.Module,
-    tokens: Array,
-    positions: Array | None,
-    segment_ids: Array | None,
-    temperature: float,
-) -> tuple[Array, Array | None, Array]:
-    """(logprobs [B, T], values [B, T] | None, entropy [B, T]), float32, aligned so that index t
-    belongs to token t chosen after prefix < t (index 0, which has no prefix, is 0)."""
-    chex.assert_rank(tokens, 2)
-    hidden = model.hidden_states(tokens, positions=positions, segment_ids=segment_ids)
-    logprobs, entropy = _next_token_logprobs(model, hidden, tokens, temperature)
-    logprobs, entropy = _shift_right(logprobs), _shift_right(entropy)
-    values = model.head_values(hidden)
-    values = None if values is None else _shift_right(values[:, :-1].astype(jnp.float32))
-    return logprobs, values, entropy
-
-
-# Logits of a batch are computed whole up to this many elements (256 MiB in float32), else in
-# pieces along the sequence of about LOGITS_CHUNK_ELEMENTS each, each piece's logits recomputed
-# in the backward pass: a 49k-token vocabulary's [B, T, V] logits, their log-softmax and their
-# gradients otherwise dominate an update's memory (several GB for a 135M model).
-FULL_LOGITS_MAX_ELEMENTS = 1 << 26
-LOGITS_CHUNK_ELEMENTS = 1 << 24
-
-
-def _next_token_logprobs(model: nnx.Module, hidden: Array, tokens: Array,
-                         temperature: float) -> tuple[Array, Array]:
-    """(log p[token t+1], entropy) [B, T-1] after each prefix, in float32, from hidden [B, T, E]
-    and tokens [B, T]."""
-    b, t, _ = hidden.shape
-    vocab = model.cfg.vocab_size
-    targets = tokens[:, 1:]
-    if b * t * vocab <= FULL_LOGITS_MAX_ELEMENTS:
-        logits = model.head_logits(hidden)[:, :-1].astype(jnp.float32) / temperature
-        return losses.logprobs_and_entropy(logits, targets)
-    hidden, t = hidden[:, :-1], t - 1
-    chunk = min(t, max(8, LOGITS_CHUNK_ELEMENTS // (b * vocab) // 8 * 8))
-    pad = -t % chunk
-    # [B, T, ...] -> [T / chunk, B, chunk, ...]: pieces along the sequence keep the batch axis
-    # (and its sharding) whole.
-    pieces = lambda x: jnp.swapaxes(
-        jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)).reshape(
-            b, -1, chunk, *x.shape[2:]), 0, 1)
-
-    @jax.checkpoint
-    def piece(args):
-        h, y = args
-        logits = model.head_logits(h).astype(jnp.float32) / temperature
-        return losses.logprobs_and_entropy(logits, y)
-
-    logprobs, entropy = jax.lax.map(piece, (pieces(hidden), pieces(targets)))
-    whole = lambda x: jnp.swapaxes(x, 0, 1).reshape(b, -1)[:, :t]
-    return whole(logprobs), whole(entropy)
-
-
-def context_mesh(mesh: Mesh | None):
-    """``mesh`` as the context mesh while a forward pass is traced (None: no context). The
-    Pallas attention kernels read it to run on each device's shard (`flash_attention`): a TPU
-    refuses to lower them in a program over several devices otherwise."""
-    if mesh is None:
-        return contextlib.nullcontext()
-    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
-
-
-@functools.partial(
-    jax.jit,
-    static_argnames=("graphdef", "temperature", "compute_dtype", "micro_batches", "mesh"),
-)
-def compute_logprobs(
-    graphdef: nnx.GraphDef,
-    state: nnx.State,
-    tokens: Array,
-    positions: Array | None = None,
-    segment_ids: Array | None = None,
-    *,
-    temperature: float = 1.0,
-    compute_dtype: str | None = None,
-    micro_batches: int = 1,
-    mesh: Mesh | None = None,
-) -> tuple[Array, Array | None, Array]:
-    """Token log-probs, values and entropies of `tokens` [B, T] under the model, exactly as the
-    train step computes them (old / reference log-probs); `compute_dtype` as in make_train_step.
-    Rows are processed `micro_batches` at a time to bound the [B, T, V] logits' memory.
-    mesh: the mesh the arrays are sharded over, if any (`context_mesh`)."""
-    model = nnx.merge(graphdef, _cast_floats(state, compute_dtype))
-    inputs = (tokens, positions, segment_ids)
-    with context_mesh(mesh):
-        if micro_batches == 1:
-            return policy_outputs(model, *inputs, temperature)
-        chunks = jax.tree.map(lambda x: _split_rows(x, micro_batches), inputs)
-        outs = jax.lax.map(lambda c: policy_outputs(model, *c, temperature), chunks)
-    return jax.tree.map(lambda x: _merge_rows(x), outs)
-
-
-def _split_rows(x: Array, micro_batches: int) -> Array:
-    """[B, ...] -> [M, B/M, ...] with micro-batch m = rows m, m+M, m+2M, ... so that each
-    micro-batch draws evenly from every data shard of a row-sharded batch."""
-    b = x.shape[0]
-    if b % micro_batches:
-        raise ValueError(f"batch size {b} is not divisible by micro_batches={micro_batches}")
-    return jnp.swapaxes(x.reshape(b // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
-
-
-def _merge_rows(x: Array) -> Array:
-    """Inverse of _split_rows: [M, B/M, ...] -> [B, ...]."""
-    return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
-
-
 # ---------------------------------------------------------------------------- the step
 
 StepFn = Callable[[nnx.State, Any, TrainBatch], tuple[nnx.State, Any, dict[str, Array]]]
@@ -201,7 +77,7 @@ def _micro_loss(graphdef, rest, cfg: losses.LossConfig, compute_dtype, loss_deno
     """params, micro-batch -> (objective with full-batch denominators, (terms, ev_stats))."""
 
     def loss_fn(params, mb: TrainBatch):
-        model = nnx.merge(graphdef, _cast_floats(params, compute_dtype), rest)
+        model = nnx.merge(graphdef, cast_floats(params, compute_dtype), rest)
         logprobs, values, entropy = policy_outputs(
             model, mb.tokens, mb.positions, mb.segment_ids, cfg.temperature
         )
@@ -243,7 +119,7 @@ def _accumulate(loss_fn, params, batch: TrainBatch, micro_batches: int, mesh: Me
         return loss, grads, aux
 
     def split(x):
-        x = _split_rows(x, micro_batches)
+        x = split_rows(x, micro_batches)
         if mesh is None:
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, BATCH_AXES)))
@@ -329,7 +205,7 @@ def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array
         )
     chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
     params, rest = params_and_rest(state)
-    loss_denom = losses.aggregation_denominator(batch.loss_mask, loss_config.aggregation)
+    loss_denom = aggregation_denominator(batch.loss_mask, loss_config.aggregation)
     loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
     with context_mesh(mesh):
         loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)

@@ -5,6 +5,8 @@
     RL steps: COLLECT (rollout + tools + reward) -> UPDATE (PPO epochs) -> PUBLISH (new weights
     to the sampler) -> metrics, checkpoint -> final evaluation, summary and plots.
 
+The run begins in `agentic_jax.training.start` and is evaluated and summed up by the
+`agentic_jax.training.evaluators` the caller hands in; this module holds the loop of RL steps.
 The `TrainState` is passed in and returned by every phase; the run directory holds
 ``config.json``, ``checkpoints/``, ``metrics.jsonl``, ``tensorboard/``, ``initial_eval.json``
 and, at the end, ``summary.json`` and ``curves.png``; with ``eval.every_steps`` the benchmarks'
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
@@ -32,39 +34,25 @@ from agentic_jax.config import read_config, resolve_off_policy
 from agentic_jax.episodes import rundir
 from agentic_jax.episodes.metrics import episode_summary
 from agentic_jax.episodes.policy import Policy
-from agentic_jax.parallel import agree, is_main_process
+from agentic_jax.parallel import is_main_process
 from agentic_jax.rl import state as state_lib
-from agentic_jax.rl.state import HostState, TrainState
+from agentic_jax.rl.state import TrainState
 from agentic_jax.training import async_rollouts, transcripts
-from agentic_jax.training.preemption import StopSignal
 from agentic_jax.training.builders import Run, build_run, publish
+from agentic_jax.training.console import say, summary_line, uniform_reward_warning
+from agentic_jax.training.evaluators import Evaluators, final_summary
+from agentic_jax.training.preemption import StopSignal
 from agentic_jax.training.rollouts import collect
+from agentic_jax.training.start import host_state, resume_or_start
 from agentic_jax.training.update import update
-from agentic_jax.training.warmstart import warm_start
-from agentic_jax.utils import Checkpointer, MetricsWriter, read_json, read_metrics, write_json
+from agentic_jax.utils import Checkpointer, MetricsWriter, read_metrics
 from agentic_jax.utils.memory import peak_rss_mb, reset_peak_rss
 from agentic_jax.utils.run_lock import WorkdirLock, describe
 from agentic_jax.utils.timing import PhaseTimer
 
-INITIAL_EVAL = "initial_eval.json"
-SUMMARY = "summary.json"
 # Steps in a row of equal rewards before the run warns that it is learning nothing (the metric
 # uniform_reward_steps counts them on every step).
 UNIFORM_REWARD_STEPS = 3
-SUMMARY_KEYS = ("reward", "accuracy", "code_use_rate", "tool_calls", "response_length", "kl")
-
-
-class Evaluators(NamedTuple):
-    """How the run evaluates its policy, given by the caller (the train command passes
-    `agentic_jax.evaluation`'s: training imports nothing of evaluation).
-
-    held_out(policy, tools=bool) -> the held-out figures (accuracy, code use, ...) of the
-    starting and the final policy (``initial_eval.json``, ``summary.json``);
-    benchmarks(policy, workdir, step, total_steps) -> the step's "eval/<name>/<metric>"
-    figures ({} at a step ``eval.every_steps`` does not evaluate)."""
-
-    held_out: Callable[..., dict[str, float]]
-    benchmarks: Callable[[Policy, str, int, int], dict[str, float]]
 
 
 def train(config: ml_collections.ConfigDict, workdir: str, *, evaluators: Evaluators,
@@ -82,7 +70,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, evaluators: Evalua
     # Held before the run is built: a second run on the directory stops here, in seconds.
     lock = WorkdirLock(workdir).acquire() if is_main_process() else None
     if lock is not None and lock.taken_over:
-        _say(f"took over {lock.path} from a run no longer running: {describe(lock.taken_over)}")
+        say(f"took over {lock.path} from a run no longer running: {describe(lock.taken_over)}")
     try:
         return _train(config, cfg, workdir, off_policy, began, progress, evaluators)
     finally:
@@ -97,13 +85,13 @@ def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy
     try:
         from agentic_jax.models.pretrained import model_summary
 
-        _say(model_summary(run.policy.model_cfg, cfg.model.path or None))
+        say(model_summary(run.policy.model_cfg, cfg.model.path or None))
         if off_policy.line:
-            _say(off_policy.line)
+            say(off_policy.line)
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
         needed_mb = update_memory_mb(state.params)
-        _say(f"update memory: weights + gradients + AdamW moments of what trains = "
-             f"{needed_mb:,.0f} MB (peak RSS is in every step's metrics as peak_rss_mb)")
+        say(f"update memory: weights + gradients + AdamW moments of what trains = "
+            f"{needed_mb:,.0f} MB (peak RSS is in every step's metrics as peak_rss_mb)")
         if is_main_process():
             os.makedirs(workdir, exist_ok=True)
             # The values recorded are the ones this run trains with: a rerun must not apply
@@ -117,21 +105,21 @@ def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy
         checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
                                     every_steps=c.every_steps, keep=c.keep,
                                     async_save=c.async_save)
-        state, info = _resume_or_start(run, state, checkpointer, workdir, progress, evaluators)
+        state, info = resume_or_start(run, state, checkpointer, workdir, progress, evaluators)
         state = _train_loop(run, state, checkpointer, workdir, num_params, progress,
                             evaluators.benchmarks)
-        summary = _finish(run, workdir, info, num_params, state.step_int, began,
-                          evaluators.held_out)
+        summary = final_summary(run, workdir, info, num_params, state.step_int, began,
+                                evaluators.held_out)
         if jax.default_backend() == "cpu" and jax.process_count() == 1:
             # Host memory holds the weights only on a one-process CPU run.
             peak, steps = summary["peak_rss_mb"], summary.get("peak_rss_mb_rl")
             if steps:
-                _say(f"peak RSS of the RL steps {steps:,.0f} MB = {steps / needed_mb:.2f} x "
-                     f"weights + gradients + AdamW moments; of the whole process {peak:,.0f} MB "
-                     f"= {peak / needed_mb:.2f} x (loading, warm start, evaluation included)")
+                say(f"peak RSS of the RL steps {steps:,.0f} MB = {steps / needed_mb:.2f} x "
+                    f"weights + gradients + AdamW moments; of the whole process {peak:,.0f} MB "
+                    f"= {peak / needed_mb:.2f} x (loading, warm start, evaluation included)")
             else:
-                _say(f"peak RSS {peak:,.0f} MB = {peak / needed_mb:.2f} x weights + gradients + "
-                     "AdamW moments")
+                say(f"peak RSS {peak:,.0f} MB = {peak / needed_mb:.2f} x weights + gradients + "
+                    "AdamW moments")
         return summary
     finally:
         if checkpointer is not None:
@@ -146,70 +134,6 @@ def update_memory_mb(params: Any) -> float:
 
     nbytes = lambda tree: sum(x.nbytes for x in jax.tree.leaves(tree))
     return (nbytes(params) + 3 * nbytes(params_and_rest(params)[0])) / 2**20
-
-
-def host_state(run: Run) -> HostState:
-    return HostState(scheduler=run.scheduler.state_dict(), controller=run.controller.state_dict())
-
-
-def _resume_or_start(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
-                     progress: bool, evaluators: Evaluators) -> tuple[TrainState, dict]:
-    restored = state_lib.restore(checkpointer, state, run.shardings)
-    init_path = os.path.join(workdir, INITIAL_EVAL)
-    if restored is not None:
-        state, host = restored
-        run.scheduler.load_state_dict(host.scheduler)
-        run.controller.load_state_dict(host.controller)
-        publish(run.policy, state.params, state.step_int)
-        _say(f"resuming from step {state.step_int} ({checkpointer.directory})")
-        # Process 0 decides (a file may show up on one host's view of the disk before another's).
-        if agree(os.path.exists(init_path)):
-            return state, read_json(init_path)
-    state, info = _start(run, state, workdir, progress, evaluators.held_out)
-    evaluators.benchmarks(run.policy, workdir, 0, run.cfg.training.total_steps)
-    state_lib.save(checkpointer, state, host_state(run), force=True)
-    if is_main_process():
-        write_json(init_path, info)
-    return state, info
-
-
-def _start(run: Run, state: TrainState, workdir: str, progress: bool,
-           held_out: Callable[..., dict[str, float]]) -> tuple[TrainState, dict]:
-    """A fresh run's starting policy: another run's weights (checkpoint.init_from), a warm
-    start, or the model as built; evaluated, then frozen as the KL reference."""
-    cfg, info = run.cfg, {}
-    params = state.params
-    if cfg.checkpoint.init_from:
-        params, _ = state_lib.restore_params(cfg.checkpoint.init_from, state.params,
-                                             run.shardings.state)
-        info["init_from"] = cfg.checkpoint.init_from
-    elif cfg.warmstart.enabled:
-        run.policy.engine.sleep()  # its pool and weights are not needed until `publish`
-        params, metrics = warm_start(run, params, progress=progress)
-        info.update(metrics)
-        if metrics.get("warmstart/shipped"):
-            _say(f"warm start: loaded the package's saved result of this recipe (training it "
-                 f"took {metrics.get('warmstart/trained_s', float('nan')):.0f} s; "
-                 "--config.warmstart.shipped=False trains it again)")
-        else:
-            _say(f"warm start: {metrics['warmstart/examples']:.0f} examples "
-                 f"({metrics['warmstart/tool_fraction']:.0%} using the tool), "
-                 f"{cfg.warmstart.steps} steps, loss {metrics['warmstart/first_loss']:.3f} -> "
-                 f"{metrics['warmstart/loss']:.3f}, {metrics['warmstart/time_s']:.0f} s")
-    publish(run.policy, params)
-    info["initial"] = evaluate_both(run, held_out, workdir, 0)
-    return state_lib.with_reference(state.replace(params=params), cfg.rl.needs_reference), info
-
-
-def evaluate_both(run: Run, held_out: Callable[..., dict[str, float]],
-                  workdir: str | None = None, step: int = 0) -> dict[str, dict[str, float]]:
-    """Held-out accuracy with and without tools (`Evaluators.held_out`); with ``workdir`` a few
-    of the held-out episodes also go to its transcripts.jsonl."""
-    out = {"tools": held_out(run.policy, tools=True),
-           "direct": held_out(run.policy, tools=False)}
-    if workdir is not None:
-        transcripts.from_evaluation(run.policy, workdir, step)
-    return out
 
 
 def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir: str,
@@ -238,11 +162,11 @@ def _train_loop(run: Run, state: TrainState, checkpointer: Checkpointer, workdir
                 flat = flat + 1 if _all_equal(metrics) else 0
                 metrics["uniform_reward_steps"] = flat
                 if flat == UNIFORM_REWARD_STEPS:
-                    _say(_uniform_reward_warning(flat, metrics), bar if progress else None)
+                    say(uniform_reward_warning(flat, metrics), bar if progress else None)
                 metrics.update(benchmarks(run.policy, workdir, step, total))
                 if step % cfg.logging.every_steps == 0 or step == total:
                     writer.write(step, metrics)
-                    _say(_summary_line(step, metrics), bar if progress else None)
+                    say(summary_line(step, metrics), bar if progress else None)
                 if step % checkpointer.every_steps == 0:  # the producer is drained then
                     state_lib.save(checkpointer, state, host_state(run))
                 checkpointer.check()  # a background save that failed stops the run here
@@ -310,37 +234,6 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
             result.skipped_in_a_row)
 
 
-def _finish(run: Run, workdir: str, info: dict, num_params: int, steps: int,
-            began: float, held_out: Callable[..., dict[str, float]]) -> dict:
-    final = evaluate_both(run, held_out, workdir, steps)
-    records, _ = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    initial = info["initial"]
-    summary = {
-        "num_params": int(num_params),
-        "steps": steps,
-        "initial": initial,
-        "final": final,
-        "accuracy_gain_tools": final["tools"]["accuracy"] - initial["tools"]["accuracy"],
-        "code_use_rate_start": initial["tools"]["code_use_rate"],
-        "code_use_rate_end": final["tools"]["code_use_rate"],
-        "warmstart": {k: v for k, v in info.items() if k.startswith("warmstart")},
-        # This process's: a resumed run counts from its resumption.
-        "wall_time_s": time.perf_counter() - began,
-        "peak_rss_mb": max([peak_rss_mb()] + [r["peak_rss_mb"] for r in records
-                                               if "peak_rss_mb" in r]),
-        "peak_rss_mb_rl": max((r["peak_rss_mb_rl"] for r in records if "peak_rss_mb_rl" in r),
-                              default=0.0),
-    }
-    if is_main_process():
-        write_json(os.path.join(workdir, SUMMARY), summary)
-        if run.cfg.logging.plots and records:
-            from agentic_jax.scaling import plot_run_curves
-
-            plot_run_curves({os.path.basename(workdir.rstrip("/")): records},
-                            os.path.join(workdir, "curves.png"))
-    return summary
-
-
 def _uniform_reward_steps(workdir: str, step: int) -> int:
     """The flat-reward count a resumed run continues from: the one logged at ``step``."""
     if not step:
@@ -358,31 +251,3 @@ def _all_equal(m: dict[str, Any]) -> bool:
     """Every episode of the step got the same reward (float32 std of equal non-dyadic rewards,
     e.g. a format penalty of -0.1, is ~1e-8, not 0)."""
     return m.get("reward_std", 1.0) <= 1e-6 * max(1.0, abs(m.get("reward", 0.0)))
-
-
-def _uniform_reward_warning(steps: int, m: dict[str, Any]) -> str:
-    head = (f"warning: every episode of the last {steps} steps got the same reward "
-            f"({m.get('reward', float('nan')):.3f}; accuracy {m.get('accuracy', 0.0):.3f}, "
-            f"answer rate {m.get('answer_rate', 0.0):.3f}, truncated "
-            f"{m.get('truncated_rate', 0.0):.3f}): the policy gets no learning signal. ")
-    if m.get("accuracy", 0.0) >= 1.0:  # solved everything: nothing left to learn here
-        return head + ("It solves every problem it is given: harder ones (data.max_difficulty, "
-                       "data.stages, data.kinds) or rl.accuracy_band would give it a signal")
-    return head + ("Check the prompt template (data.template), training.max_length and whether "
-                   "the model writes its answer in a form the grader reads (\\boxed{...})")
-
-
-def _say(line: str, bar: Any = None) -> None:
-    """One line for the person watching the run (through the progress bar when there is one)."""
-    if bar is not None:
-        bar.write(line)
-    else:
-        print(line, flush=True)
-
-
-def _summary_line(step: int, m: dict[str, Any]) -> str:
-    parts = [f"step {step}"]
-    for k in SUMMARY_KEYS:
-        if k in m and isinstance(m[k], (int, float)):
-            parts.append(f"{k} {m[k]:.3f}")
-    return " | ".join(parts)

@@ -11,7 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from agentic_jax.data import SourceStats, load_source
-from agentic_jax.data.sources import normalise_gsm8k_answer
+from agentic_jax.data.gsm8k import normalise_gsm8k_answer
 
 
 def test_curriculum_source_gives_disjoint_train_and_test():

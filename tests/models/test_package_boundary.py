@@ -64,7 +64,7 @@ def test_episodes_import_neither_training_nor_evaluation():
 
 
 def test_training_and_evaluation_import_nothing_of_each_other():
-    # The train command hands the run its evaluators (`training.run.Evaluators`).
+    # The train command hands the run its evaluators (`training.evaluators.Evaluators`).
     assert _importing("evaluation", ("agentic_jax.training", "agentic_jax.train")) == []
     assert _importing("training", ("agentic_jax.evaluation", "agentic_jax.evaluate")) == []
 

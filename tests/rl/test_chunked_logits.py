@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from agentic_jax.models import Transformer, get_preset
-from agentic_jax.rl import LossConfig, step as step_lib
+from agentic_jax.rl import LossConfig, forward
 
 VOCAB, B, T = 96, 3, 37  # T - 1 = 36 is not a multiple of the piece length: padding is used
 
@@ -24,15 +24,15 @@ def model_and_tokens():
 
 def _outputs(model, tokens, monkeypatch, chunked: bool):
     if chunked:  # pieces of 8 positions: 5 pieces, the last one padded
-        monkeypatch.setattr(step_lib, "FULL_LOGITS_MAX_ELEMENTS", 0)
-        monkeypatch.setattr(step_lib, "LOGITS_CHUNK_ELEMENTS", 8 * B * VOCAB)
+        monkeypatch.setattr(forward, "FULL_LOGITS_MAX_ELEMENTS", 0)
+        monkeypatch.setattr(forward, "LOGITS_CHUNK_ELEMENTS", 8 * B * VOCAB)
     else:
-        monkeypatch.setattr(step_lib, "FULL_LOGITS_MAX_ELEMENTS", 1 << 40)
+        monkeypatch.setattr(forward, "FULL_LOGITS_MAX_ELEMENTS", 1 << 40)
     graphdef, state = nnx.split(model)
 
     def loss(state):
         m = nnx.merge(graphdef, state)
-        logprobs, values, entropy = step_lib.policy_outputs(m, tokens, None, None, 0.7)
+        logprobs, values, entropy = forward.policy_outputs(m, tokens, None, None, 0.7)
         return (logprobs * jnp.arange(T)).sum() + entropy.sum() + values.sum(), (
             logprobs, entropy)
 
@@ -58,14 +58,14 @@ def test_an_update_never_holds_the_whole_logits(model_and_tokens, monkeypatch):
     """No [B, T-1, V] (or larger) float array appears in the compiled gradient once the
     batch's logits pass the threshold."""
     model, tokens = model_and_tokens
-    monkeypatch.setattr(step_lib, "FULL_LOGITS_MAX_ELEMENTS", 0)
-    monkeypatch.setattr(step_lib, "LOGITS_CHUNK_ELEMENTS", 8 * B * VOCAB)
+    monkeypatch.setattr(forward, "FULL_LOGITS_MAX_ELEMENTS", 0)
+    monkeypatch.setattr(forward, "LOGITS_CHUNK_ELEMENTS", 8 * B * VOCAB)
     graphdef, state = nnx.split(model)
     cfg = LossConfig()
 
     def loss(state):
         m = nnx.merge(graphdef, state)
-        return step_lib.policy_outputs(m, tokens, None, None, cfg.temperature)[0].sum()
+        return forward.policy_outputs(m, tokens, None, None, cfg.temperature)[0].sum()
 
     hlo = jax.jit(jax.grad(loss)).lower(state).as_text()
     assert f"<{B}x{T - 1}x{VOCAB}xf32>" not in hlo and f"<{B}x{T}x{VOCAB}xf32>" not in hlo

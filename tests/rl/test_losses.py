@@ -9,19 +9,15 @@ from agentic_jax.rl import (
     AGGREGATIONS,
     LossConfig,
     aggregate,
-    entropy_from_logits,
     explained_variance,
     kl_estimate,
     kl_penalized_rewards,
+    logprobs_and_entropy,
     loss_terms,
     objective,
 )
-from agentic_jax.rl.losses import (
-    aggregation_denominator,
-    ppo_clip_loss,
-    reinforce_loss,
-    value_loss,
-)
+from agentic_jax.rl.aggregation import aggregation_denominator
+from agentic_jax.rl.losses import ppo_clip_loss, reinforce_loss, value_loss
 
 
 def _row(*xs):
@@ -84,11 +80,16 @@ def test_clipped_value_loss():
     np.testing.assert_allclose(value_loss(values, returns, None, 0.2)[0], [2.0, 0.125], rtol=1e-6)
 
 
-def test_entropy_from_logits():
+def test_logprobs_and_entropy():
     logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 7)), jnp.float32)
+    targets = jnp.asarray([[0, 3, 6], [1, 1, 2]], jnp.int32)
     p = jax.nn.softmax(logits)
-    np.testing.assert_allclose(entropy_from_logits(logits), -(p * jnp.log(p)).sum(-1), rtol=1e-5)
-    np.testing.assert_allclose(entropy_from_logits(jnp.zeros((1, 1, 7))), [[np.log(7)]], rtol=1e-6)
+    logprobs, entropy = logprobs_and_entropy(logits, targets)
+    np.testing.assert_allclose(logprobs, jnp.log(jnp.take_along_axis(p, targets[..., None],
+                                                                      -1)[..., 0]), rtol=1e-5)
+    np.testing.assert_allclose(entropy, -(p * jnp.log(p)).sum(-1), rtol=1e-5)
+    _, uniform = logprobs_and_entropy(jnp.zeros((1, 1, 7)), jnp.zeros((1, 1), jnp.int32))
+    np.testing.assert_allclose(uniform, [[np.log(7)]], rtol=1e-6)
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_jax.rl.step import compute_logprobs
+from agentic_jax.rl.forward import compute_logprobs
 from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
 from agentic_jax.rollout.environment import Call, PythonTool, ToolSet
 from agentic_jax.rollout.engine import Engine, EngineConfig

@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from agentic_jax.models import ModelConfig, Transformer
-from agentic_jax.rl.step import compute_logprobs
+from agentic_jax.rl.forward import compute_logprobs
 from agentic_jax.rollout import generate
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 

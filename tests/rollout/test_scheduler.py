@@ -126,6 +126,7 @@ def test_the_scheduler_imports_no_jax():
             f"    module.__path__ = [{ROOT!r} + '/' + name.replace('.', '/')]\n"
             "    sys.modules[name] = module\n"
             "import agentic_jax.rollout.engine.scheduler\n"
+            "import agentic_jax.rollout.engine.slot_table\n"
             "loaded = [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax')]\n"
             "assert not loaded, loaded\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

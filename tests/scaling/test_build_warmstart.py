@@ -1,7 +1,7 @@
 """tools/build_warmstart.py saves a finished run's warm start only when the run's recorded config
-has the same recipe fields (`warmstart.config_differences`)."""
+has the same recipe fields (`warmstart_results.config_differences`)."""
 
-from agentic_jax.training.warmstart import config_differences
+from agentic_jax.training.warmstart_results import config_differences
 
 
 def test_recipe_fields_are_compared_and_rl_fields_are_not():

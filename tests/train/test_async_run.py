@@ -12,7 +12,7 @@ from train_testing import comparable, tiny_config, train
 
 from agentic_jax.evaluation.benchmarks import evaluate_in_training
 from agentic_jax.evaluation.held_out import evaluate
-from agentic_jax.training.run import Evaluators
+from agentic_jax.training.evaluators import Evaluators
 from agentic_jax.utils import read_metrics
 
 pytestmark = pytest.mark.slow  # several training runs

@@ -268,10 +268,10 @@ def test_equal_rewards_count_as_flat_whatever_float_rounding_leaves():
 
 
 def test_the_flat_reward_warning_names_the_likely_cause():
-    from agentic_jax.training import run as run_lib
+    from agentic_jax.training.console import uniform_reward_warning
 
-    nothing = run_lib._uniform_reward_warning(3, {"reward": 0.0, "accuracy": 0.0})
+    nothing = uniform_reward_warning(3, {"reward": 0.0, "accuracy": 0.0})
     assert "data.template" in nothing and "harder" not in nothing
-    everything = run_lib._uniform_reward_warning(3, {"reward": 1.0, "accuracy": 1.0})
+    everything = uniform_reward_warning(3, {"reward": 1.0, "accuracy": 1.0})
     assert "solves every problem" in everything and "data.max_difficulty" in everything
     assert "data.template" not in everything

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from agentic_jax.config import read_config
-from agentic_jax.training import warmstart
+from agentic_jax.training import warmstart, warmstart_results
 from agentic_jax.training.builders import build_run
 from configs.math_ppo import get_config
 
@@ -71,17 +71,17 @@ def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(default_run, 
                "warmstart/tool_fraction": 0.3, "warmstart/time_s": 12.5}
     wanted = warmstart.recipe(run)
     root = tmp_path / "shipped"
-    warmstart.save_result(root / "a", trained, wanted, metrics, made_by="test")
-    assert warmstart.find_shipped(wanted, root) == root / "a"
-    assert warmstart.find_shipped({**wanted, "lr": 1.0}, root) is None
-    assert warmstart.find_shipped(wanted, tmp_path / "missing") is None
-    loaded = warmstart.load_result(root / "a", state.params, run.shardings.state)
+    warmstart_results.save_result(root / "a", trained, wanted, metrics, made_by="test")
+    assert warmstart_results.find_shipped(wanted, root) == root / "a"
+    assert warmstart_results.find_shipped({**wanted, "lr": 1.0}, root) is None
+    assert warmstart_results.find_shipped(wanted, tmp_path / "missing") is None
+    loaded = warmstart_results.load_result(root / "a", state.params, run.shardings.state)
     expected, got = _leaves(trained), _leaves(loaded)
     assert expected.keys() == got.keys()
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key], err_msg=str(key))
     # A run with warmstart.shipped loads it instead of training; its metrics say so.
-    monkeypatch.setattr(warmstart, "SHIPPED_DIR", root)
+    monkeypatch.setattr(warmstart_results, "SHIPPED_DIR", root)
     shipped_run = _with(run, cfg=dataclasses.replace(
         run.cfg, warmstart=dataclasses.replace(run.cfg.warmstart, shipped=True)))
     params, info = warmstart.warm_start(shipped_run, _copy(state.params), progress=False)
@@ -105,7 +105,7 @@ def test_saved_result_is_found_by_its_recipe_and_loads_bit_for_bit(default_run, 
     with pytest.raises(Trains):  # a watched warm start trains, saved result or not
         warmstart.warm_start(shipped_run, state.params, progress=False,
                              on_step=lambda *args: None)
-    monkeypatch.setattr(warmstart, "SHIPPED_DIR", tmp_path / "empty")
+    monkeypatch.setattr(warmstart_results, "SHIPPED_DIR", tmp_path / "empty")
     with pytest.raises(Trains):
         warmstart.warm_start(shipped_run, state.params, progress=False)
 
@@ -149,20 +149,20 @@ def test_a_result_that_does_not_fit_the_model_is_refused(default_run, tmp_path):
         node = node[part]
     node[path[-1]] = np.zeros((3,), np.float32)
     nnx.replace_by_pure_dict(bad, pure)
-    warmstart.save_result(tmp_path / "shape", bad, wanted, {}, made_by="test")
+    warmstart_results.save_result(tmp_path / "shape", bad, wanted, {}, made_by="test")
     with pytest.raises(ValueError, match="/".join(map(str, path))):
-        warmstart.load_result(tmp_path / "shape", state.params, run.shardings.state)
+        warmstart_results.load_result(tmp_path / "shape", state.params, run.shardings.state)
     # A damaged record is one clear error, not a crash in the middle of a run.
     (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / warmstart.INFO_FILE).write_text("{not json")
+    (tmp_path / "bad" / warmstart_results.INFO_FILE).write_text("{not json")
     with pytest.raises(ValueError, match="not a readable warm-start record"):
-        warmstart.find_shipped(wanted, tmp_path)
+        warmstart_results.find_shipped(wanted, tmp_path)
 
 
 def _check_shipped(run, state, seed):
     wanted = warmstart.recipe(run)
-    found = warmstart.SHIPPED_DIR / f"seed{seed}"
-    stored = warmstart.read_info(found)["recipe"]
+    found = warmstart_results.SHIPPED_DIR / f"seed{seed}"
+    stored = warmstart_results.read_info(found)["recipe"]
     # These tests see 8 simulated devices; the default command sees this machine's one CPU.
     assert stored.pop("devices") == {"platform": "cpu", "count": 1, "processes": 1,
                                      "mesh": {"data": 1, "fsdp": 1, "tensor": 1}}
@@ -170,7 +170,7 @@ def _check_shipped(run, state, seed):
     assert stored == wanted, json.dumps(
         {k: (stored.get(k), wanted.get(k)) for k in stored.keys() | wanted.keys()
          if stored.get(k) != wanted.get(k)})
-    loaded = warmstart.load_result(found, state.params, run.shardings.state)
+    loaded = warmstart_results.load_result(found, state.params, run.shardings.state)
     assert _leaves(loaded).keys() == _leaves(state.params).keys()
 
 

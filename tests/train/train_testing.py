@@ -42,7 +42,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, **kwargs) -> dict:
     command runs it."""
     from agentic_jax.evaluation.benchmarks import evaluate_in_training
     from agentic_jax.evaluation.held_out import evaluate
-    from agentic_jax.training.run import Evaluators, train as train_run
+    from agentic_jax.training.evaluators import Evaluators
+    from agentic_jax.training.run import train as train_run
 
     kwargs.setdefault("evaluators", Evaluators(held_out=evaluate, benchmarks=evaluate_in_training))
     return train_run(config, workdir, **kwargs)

@@ -35,9 +35,10 @@ number of tokens to keep; later tokens are discarded (their K/V slots are simply
 The sequence keeps its pages while paused; `resume` appends the tool output into them (those
 positions are not model tokens: no log-probs, loss mask 0 for the trainer) and re-queues it.
 
-Inside, `Engine` is a facade over two parts: a host-only `scheduler.Scheduler` (queue, slots,
-admission, preemption, finishing and pausing, statistics) with its `page_manager.PageManager`
-(the pool, shared prefixes, forks), which import no JAX; and a `runner.ModelRunner`, which owns
+Inside, `Engine` is a facade over two parts: a host-only `scheduler.Scheduler` (admission,
+prefill and decode round trips, preemption) over a `slot_table.SlotTable` (queue, slots,
+finishing and pausing, statistics) and its `page_manager.PageManager` (the pool, shared
+prefixes, forks), which import no JAX; and a `runner.ModelRunner`, which owns
 the weights and the KV pool and turns the scheduler's decisions into `paged_model` calls
 (`runner_api.Runner` is the interface between them).
 """

@@ -1,41 +1,36 @@
-"""The host side of the engine: a request queue, fixed decode slots, admission, preemption, and
-what becomes of a sequence after each round trip (it finishes, pauses or decodes on).
+"""The host side of the engine: what runs. Queued requests are admitted into free decode slots
+while pages allow, prefilled in chunks and decoded in round trips; when pages run short the
+newest sequence is preempted; after each round trip a sequence finishes, pauses or decodes on.
 
-It decides what runs; a runner does the device work (`runner.ModelRunner`, or any object with
-the four methods of `Runner`). No JAX here, so the scheduling is tested on its own with a runner
-that returns scripted tokens.
+The live sequences' bookkeeping (queue, slots, what leaving a slot frees) is `SlotTable`'s; a
+runner does the device work (`runner.ModelRunner`, or any object with the four methods of
+`Runner`). No JAX here, so the scheduling is tested on its own with a runner that returns
+scripted tokens.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
-from typing import Hashable, Sequence
 
-from agentic_jax.rollout.engine.page_manager import PageManager, choose_victim, prefill_chunks
+from agentic_jax.rollout.engine.page_manager import choose_victim, prefill_chunks
 from agentic_jax.rollout.engine.pages import PagePool
 from agentic_jax.rollout.engine.runner_api import DecodeResult, Runner
-from agentic_jax.rollout.engine.sequences import PAUSED, PREFILL, RUNNING, WAITING, Prefix, Seq
-from agentic_jax.rollout.engine.types import EngineConfig, EngineStats, Event, Request
-from agentic_jax.rollout.engine.types import SamplingParams
+from agentic_jax.rollout.engine.sequences import PREFILL, RUNNING, Prefix, Seq
+from agentic_jax.rollout.engine.slot_table import SlotTable
+from agentic_jax.rollout.engine.types import EngineConfig, Event, Request, SamplingParams
 
 
-class Scheduler:
+class Scheduler(SlotTable):
     """Continuous batching over a paged KV cache, on the host (see the package docstring)."""
 
     def __init__(self, cfg: EngineConfig, pool: PagePool, runner: Runner, page_bytes: int = 0):
-        self.cfg, self.runner = cfg, runner
-        self.pages = PageManager(pool, cfg.page_size, cfg.prefix_caching)
-        self.stats = EngineStats(pool_pages=pool.num_pages, page_bytes=page_bytes)
-        self.seqs: dict[Hashable, Seq] = {}
+        super().__init__(cfg, pool, page_bytes)
+        self.runner = runner
         # End a decode round trip when any slot stops, not only when requests wait (serving:
         # a finished request's reply leaves at once, at the cost of more round trips).
         self.return_on_finish = False
-        self.waiting: collections.deque[Seq] = collections.deque()
-        self.slots: list[Seq | None] = [None] * cfg.num_slots
         self.version = 0
-        self._events: list[Event] = []
         self._stamp = 0
         self._stop_width = 1
 
@@ -57,49 +52,12 @@ class Scheduler:
         self.seqs[request.request_id] = seq
         self.waiting.append(seq)
 
-    def resume(self, request_id: Hashable, tokens: Sequence[int]) -> None:
-        """Appends ``tokens`` to a paused sequence and queues it first (see `Engine.resume`)."""
-        seq = self._paused(request_id)
-        seq.new_turn(tokens)
-        if seq.budget <= 0:
-            self._finish(seq, "length")
-            return
-        seq.state = WAITING
-        self.waiting.appendleft(seq)
-
-    def release(self, request_id: Hashable) -> None:
-        """Ends a paused sequence for good, freeing its pages."""
-        self._drop(self._paused(request_id))
-
-    def abort(self, request_id: Hashable) -> bool:
-        """Ends a sequence in any state, freeing its pages and dropping its pending event;
-        False if it is not live."""
-        seq = self.seqs.get(request_id)
-        if seq is None:
-            return False
-        self._events = [e for e in self._events if e.request_id != request_id]
-        self._drop(seq)
-        return True
-
     def set_sampling(self, sampling: SamplingParams) -> None:
         """The default sampling of requests submitted from now on; only with no live sequence."""
         if self.seqs:
             raise RuntimeError(f"rollout engine: cannot change sampling with {len(self.seqs)} "
                                f"live sequences")
         self.cfg = dataclasses.replace(self.cfg, sampling=sampling)
-
-    def reset_stats(self) -> EngineStats:
-        """Starts the counters again (the page peak from the pages in use now); returns the old."""
-        old, in_use = self.stats, self.pages.pool.in_use
-        self.stats = EngineStats(pool_pages=old.pool_pages, page_bytes=old.page_bytes,
-                                 pages_in_use=in_use, pages_peak=in_use)
-        self.pages.pool.peak = in_use
-        return old
-
-    @property
-    def has_work(self) -> bool:
-        """Whether `step` would advance anything (queued, prefilling or decoding sequences)."""
-        return bool(self.waiting) or self._any_slotted() or bool(self._events)
 
     def step(self) -> list[Event]:
         """Admits queued requests into free slots, runs prefill chunks and one decode round
@@ -138,15 +96,6 @@ class Scheduler:
         return budget
 
     # ------------------------------------------------------------------ admission
-
-    def _paused(self, request_id: Hashable) -> Seq:
-        seq = self.seqs.get(request_id)
-        if seq is None or seq.state != PAUSED:
-            raise ValueError(f"request {request_id!r} is not paused")
-        return seq
-
-    def _any_slotted(self) -> bool:
-        return any(s is not None for s in self.slots)
 
     def _admit(self) -> None:
         """Moves queued sequences into free slots while pages allow, in queue order (skipping
@@ -253,9 +202,6 @@ class Scheduler:
                 self._preempt(victim)
         return self._running()
 
-    def _running(self) -> list[Seq]:
-        return [s for s in self.slots if s is not None and s.state == RUNNING]
-
     def _run_decode(self) -> bool:
         """One decode round trip of the running slots; False when none was running."""
         running = self._ensure_decode_pages()
@@ -293,37 +239,3 @@ class Scheduler:
         ids = out.top_ids[row, :count, :k].tolist()
         lps = out.top_logprobs[row, :count, :k].tolist()
         return [list(zip(step_ids, step_lps)) for step_ids, step_lps in zip(ids, lps)]
-
-    # ------------------------------------------------------------------ leaving a slot
-
-    def _pause(self, seq: Seq) -> None:
-        """The sequence leaves its slot and keeps its pages until `resume` or `release`."""
-        self._events.append(seq.event("paused", "pause"))
-        self.slots[seq.slot], seq.slot, seq.state = None, -1, PAUSED
-        seq.matcher = None
-
-    def _finish(self, seq: Seq, reason: str) -> None:
-        self._events.append(seq.event("finished", reason))
-        self._drop(seq)
-
-    def _drop(self, seq: Seq) -> None:
-        """Frees everything the sequence holds and forgets it."""
-        if seq.slot >= 0:
-            self.slots[seq.slot] = None
-        if seq.state == WAITING:
-            self.waiting.remove(seq)
-        self.pages.free(seq)
-        del self.seqs[seq.request.request_id]
-        self.stats.pages_in_use = self.pages.pool.in_use
-
-    def _preempt(self, seq: Seq) -> None:
-        """Frees a sequence's pages; it is queued first and recomputes its context later. Its
-        tokens are kept, and the next token's key depends only on its position, so the result
-        is the one it would have had."""
-        self.stats.preemptions += 1
-        self.pages.free(seq)
-        if seq.slot >= 0:
-            self.slots[seq.slot], seq.slot = None, -1
-        if seq.state not in (PAUSED, WAITING):
-            seq.state = WAITING
-            self.waiting.appendleft(seq)
