@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from agentic_jax.rl.step import compute_logprobs
-from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController, build_service)
 from agentic_jax.rollout.environment import Call, PythonTool, ToolSet
 from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.sandbox import Sandbox, SandboxConfig
@@ -46,8 +47,9 @@ def _rollout(model, tok, sandbox, **engine_args):
     controller = ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed")
     cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
                       sampling=SamplingParams(temperature=1.0))
-    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
-    agent.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    service = build_service(engine, tok, cfg)
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    agent = AgentLoop(service, controller, cfg, sandbox)
     result = agent.run(_specs(tok), jax.random.key(3))
     return result, engine
 
@@ -112,7 +114,8 @@ def test_episodes_do_not_depend_on_scheduling(model, tok, sandbox, reference, en
 def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH - 1))
     with pytest.raises(ValueError, match="max_seq_len"):
-        AgentLoop(engine, tok, sandbox, ToolController(), AgentConfig(max_length=MAX_LENGTH))
+        cfg = AgentConfig(max_length=MAX_LENGTH)
+        AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox), ToolController(), cfg)
 
 
 def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
@@ -123,13 +126,14 @@ def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
             return None
 
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=2, page_size=8))
-    loop = AgentLoop(engine, tok, sandbox, ToolController(mode="fixed"),
-                     AgentConfig(max_length=MAX_LENGTH))
-    loop.service.toolset = Broken([PythonTool(sandbox)])
+    cfg = AgentConfig(max_length=MAX_LENGTH)
+    service = build_service(engine, tok, cfg)
+    service.toolset = Broken([PythonTool(sandbox)])
+    loop = AgentLoop(service, ToolController(mode="fixed"), cfg, sandbox)
     with pytest.raises(RuntimeError, match="grader exploded"):
         loop.run(_specs(tok), jax.random.key(0))
     assert not engine.seqs and engine.pool.in_use == 0 and not engine.prefixes
     # The engine is usable again.
-    loop.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
     result = loop.run(_specs(tok)[:2], jax.random.key(0))
     assert len(result.episodes) == 2
