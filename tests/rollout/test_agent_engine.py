@@ -111,6 +111,32 @@ def test_episodes_do_not_depend_on_scheduling(model, tok, sandbox, reference, en
     assert engine.pool.in_use == 0
 
 
+@pytest.mark.parametrize("partial", ["continue", "abort"])
+def test_new_weights_mid_rollout_follow_the_partial_mode(model, tok, sandbox, reference,
+                                                         partial):
+    """The same weights published as version 1 after the first engine step: "continue" decodes
+    on (earlier tokens keep version 0), "abort" starts every unfinished episode again with its
+    key, so it samples what it did before, all of it version 1."""
+    engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=4, page_size=8,
+                                        decode_steps=8))
+    cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
+                      sampling=SamplingParams(temperature=1.0), partial=partial)
+    service = build_service(engine, tok, cfg)
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    feed = iter([None, (model, 1)])
+    loop = AgentLoop(service, ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed"),
+                     cfg, sandbox)
+    result = loop.run(_specs(tok), jax.random.key(3), weights=lambda: next(feed, None))
+    versions = {v for ep in result.episodes for v in ep.versions if v >= 0}
+    if partial == "abort":
+        assert result.timing["aborted_tokens"] > 0 and versions == {1}
+        assert ([ep.response_tokens for ep in result.episodes]
+                == [ep.response_tokens for ep in reference[0].episodes])
+    else:
+        assert result.timing["aborted_tokens"] == 0 and versions == {0, 1}
+    assert engine.pool.in_use == 0 and not engine.seqs
+
+
 def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH - 1))
     with pytest.raises(ValueError, match="max_seq_len"):
