@@ -263,7 +263,7 @@ def bench_tool_loop(args: argparse.Namespace) -> None:
     from agentic_jax.data import builtin_tokenizer
     from agentic_jax.data.prompts import format_prompt
     from agentic_jax.models import ModelConfig
-    from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
+    from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController, build_service
     from agentic_jax.sandbox import Sandbox, SandboxConfig
 
     tokenizer = builtin_tokenizer()
@@ -284,7 +284,8 @@ def bench_tool_loop(args: argparse.Namespace) -> None:
         for _ in range(args.repeats + 1):  # the first run compiles
             engine = ScriptedTokensEngine(model, engine_cfg,
                                           tool_scripts(tokenizer, args.batch, 2))
-            loop = AgentLoop(engine, tokenizer, sandbox, controller, agent_cfg)
+            service = build_service(engine, tokenizer, agent_cfg, sandbox=sandbox)
+            loop = AgentLoop(service, controller, agent_cfg, sandbox)
             results.append(loop.run([RowSpec(p) for p in prompts], jax.random.key(0)))
     episodes, _ = results[-1]
     timings = [t for _, t in results[1:]]

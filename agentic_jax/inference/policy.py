@@ -23,7 +23,8 @@ from agentic_jax.parallel import (
     Placement, create_sharded_model, make_mesh, param_shardings, per_host_copy, split_devices)
 from agentic_jax.parallel.placement import copy_across
 from agentic_jax.config import ConfigError, RunConfig
-from agentic_jax.rollout import AgentConfig, AgentLoop, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, RolloutService, ToolController, build_service)
 from agentic_jax.rollout.engine import Engine
 from agentic_jax.rollout.environment import Tool, build_tools
 
@@ -68,10 +69,16 @@ class InferencePolicy:
         e = self.cfg.environment
         return tuple(build_tools(e.tools, sandbox=self.sandbox, stateful=e.stateful))
 
+    def rollout_service(self, cfg: AgentConfig | None = None) -> RolloutService:
+        """A fresh open rollout loop over the engine with the run's tools, end ids and (with
+        ``constrain_code``) code constraint; ``cfg``: settings other than ``agent_cfg``'s."""
+        return build_service(self.engine, self.tokenizer, cfg or self.agent_cfg, self.tools)
+
     def agent(self, controller: ToolController, cfg: AgentConfig | None = None) -> AgentLoop:
-        """The tool loop over the engine with the run's tools."""
-        return AgentLoop(self.engine, self.tokenizer, self.sandbox, controller,
-                         cfg or self.agent_cfg, tools=self.tools)
+        """The batch tool loop (`rollout_service`) with the episodes' budgets from
+        ``controller``."""
+        cfg = cfg or self.agent_cfg
+        return AgentLoop(self.rollout_service(cfg), controller, cfg, sandbox=self.sandbox)
 
     def close(self) -> None:
         self.sandbox.close()

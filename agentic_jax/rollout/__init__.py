@@ -1,7 +1,8 @@
 """Rollouts: the engine, the open rollout loop over it and its tools, the batch client used by
 training and evaluation, and the episode record."""
 
-from agentic_jax.rollout.agent import AgentConfig, AgentLoop, RolloutResult, RowSpec
+from agentic_jax.rollout.agent import (
+    AgentConfig, AgentLoop, RolloutResult, RowSpec, build_service, new_episode, poll_weights)
 from agentic_jax.rollout.controller import ToolController, ToolDecision
 from agentic_jax.rollout.episode import Episode, RolloutBatch
 from agentic_jax.rollout.environment import Calculator, Feedback, PythonTool, Tool
@@ -26,5 +27,8 @@ __all__ = [
     "ToolController",
     "Tool",
     "ToolDecision",
+    "build_service",
     "generate",
+    "new_episode",
+    "poll_weights",
 ]

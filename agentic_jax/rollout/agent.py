@@ -1,10 +1,16 @@
-"""A batch of tool-using episodes: the training and evaluation client of `RolloutService`.
+"""A batch of tool-using episodes: the training and evaluation client of `RolloutService`, and
+what every client of the service shares.
 
 `AgentLoop.run(specs, rng)` submits one episode per spec to the open rollout loop
 (`agentic_jax.rollout.service`), steps it until every episode has finished and returns them in
 input order. Row b samples with its own PRNG key (its share of ``rng``), so its tokens do not
-depend on scheduling, on what else is in the engine, or on the slot it lands in. The tools
-(`agentic_jax.rollout.environment`) are the Python sandbox unless ``tools`` says otherwise.
+depend on scheduling, on what else is in the engine, or on the slot it lands in.
+
+Shared with the service's other clients (training's step stream, the server's worker):
+`build_service` (the loop over an engine with an `AgentConfig`'s end ids, tool-output budget and
+code constraint; the tools are the Python sandbox unless ``tools`` says otherwise),
+`new_episode` (a row's empty episode with the tool controller's budget) and `poll_weights` (new
+weights mid-rollout, and what becomes of the unfinished episodes).
 """
 
 from __future__ import annotations
@@ -92,43 +98,47 @@ class RolloutResult(NamedTuple):
     timing: dict[str, float]
 
 
-
-
 # Called with (row index, its episode so far, "model" | "tool" | "done") as the episode grows.
 UpdateHook = Callable[[int, Episode, str], None]
 # Polled between engine steps: new (weights, policy version) for the engine, or None.
 WeightFeed = Callable[[], "tuple[Any, int] | None"]
 
 
+def build_service(engine: Engine, tokenizer: Any, cfg: AgentConfig,
+                  tools: Sequence[Tool] | None = None, sandbox: Any = None) -> RolloutService:
+    """The open rollout loop over ``engine`` with ``cfg``'s end ids, tool-output budget, answer
+    stop and (``constrain_code``) Python-block constraint. ``tools``: the episodes' tools
+    (`agentic_jax.rollout.environment`); None: the Python tool over ``sandbox`` (an
+    `agentic_jax.sandbox.Sandbox`)."""
+    constraint = (code_constraint(tokenizer, engine.model_cfg.vocab_size)
+                  if cfg.constrain_code else None)
+    return RolloutService(
+        engine, tokenizer,
+        list(tools) if tools is not None else [PythonTool(sandbox, cfg.stateful)],
+        end_ids=tuple(end_ids(tokenizer, cfg.stop_ids)),
+        max_output_tokens=cfg.max_output_tokens, stop_on_answer=cfg.stop_on_answer,
+        constraint=constraint)
+
+
 class AgentLoop:
     """Runs batches of tool-using episodes.
 
     Args:
-      engine: the `Engine` the policy samples with (its ``max_seq_len`` at least
-        ``cfg.max_length``); it must hold no sequence when `run` starts.
-      tokenizer: a Hugging Face tokenizer (``encode``/``decode``, ``eos_token_id``).
-      sandbox: an `agentic_jax.sandbox.Sandbox` (``submit(code, timeout_ms=)`` -> Future).
+      service: the open rollout loop (`build_service`) over the engine the policy samples with
+        (its ``max_seq_len`` at least ``cfg.max_length``); it must hold no episode and its
+        engine no sequence when `run` starts.
       controller: the `ToolController` deciding budgets and timeouts (read, not changed: the
         caller updates it from the finished episodes).
-      tools: the episodes' tools (`agentic_jax.rollout.environment`); None: the Python sandbox.
+      sandbox: the sandbox whose load the controller's decisions read (``stats()``); None: idle.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, sandbox: Any,
-                 controller: ToolController, cfg: AgentConfig,
-                 tools: Sequence[Tool] | None = None):
-        if engine.cfg.max_seq_len < cfg.max_length:
-            raise ValueError(f"rollout engine max_seq_len {engine.cfg.max_seq_len} < "
+    def __init__(self, service: RolloutService, controller: ToolController, cfg: AgentConfig,
+                 sandbox: Any = None):
+        max_seq_len = service.engine.cfg.max_seq_len
+        if max_seq_len < cfg.max_length:
+            raise ValueError(f"rollout engine max_seq_len {max_seq_len} < "
                              f"max_length {cfg.max_length}")
-        self.engine, self.tokenizer, self.sandbox = engine, tokenizer, sandbox
-        self.controller, self.cfg = controller, cfg
-        constraint = (code_constraint(tokenizer, engine.model_cfg.vocab_size)
-                      if cfg.constrain_code else None)
-        self.service = RolloutService(
-            engine, tokenizer,
-            list(tools) if tools is not None else [PythonTool(sandbox, cfg.stateful)],
-            end_ids=tuple(end_ids(tokenizer, cfg.stop_ids)),
-            max_output_tokens=cfg.max_output_tokens, stop_on_answer=cfg.stop_on_answer,
-            constraint=constraint)
+        self.service, self.controller, self.cfg, self.sandbox = service, controller, cfg, sandbox
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.service.decode(tokens)
@@ -152,11 +162,12 @@ class AgentLoop:
         if row_offset < 0 or row_offset + n > total_rows:
             raise ValueError(f"rows [{row_offset}, {row_offset + n}) are not inside a batch of "
                              f"{total_rows}")
-        service, engine = self.service, self.engine
+        service, engine, cfg = self.service, self.service.engine, self.cfg
         if service.busy or engine.seqs:
             raise RuntimeError("AgentLoop.run: the rollout engine is in use")
-        episodes = [self.new_episode(i, spec) for i, spec in enumerate(specs)]
-        engine.set_sampling(self.cfg.sampling)
+        episodes = [new_episode(i, spec, self.controller, max_length=cfg.max_length,
+                                sandbox=self.sandbox) for i, spec in enumerate(specs)]
+        engine.set_sampling(cfg.sampling)
         engine.reset_stats()
         keys = np.asarray(jax.random.key_data(
             jax.random.split(rng, total_rows)[row_offset:row_offset + n]))
@@ -168,15 +179,12 @@ class AgentLoop:
             for b, (episode, spec) in enumerate(zip(episodes, specs)):
                 key = keys[b] if spec.key is None else np.asarray(jax.random.key_data(spec.key))
                 handle = service.submit(
-                    episode, key, max_length=spec.max_length or self.cfg.max_length,
+                    episode, key, max_length=spec.max_length or cfg.max_length,
                     sampling=spec.sampling, on_update=functools.partial(_row_hook, hook, b))
                 handles[handle] = b
             while left:
-                new = weights() if weights is not None else None
-                if new is not None:
-                    engine.update_params(*new)
-                    if self.cfg.partial == "abort":
-                        aborted += sum(service.restart(h) for h in list(service.live))
+                if weights is not None:
+                    aborted += sum(poll_weights(service, weights, cfg.partial).values())
                 for handle, episode in service.step():
                     episodes[handles[handle]] = episode
                     left -= 1
@@ -187,24 +195,41 @@ class AgentLoop:
             timing["aborted_tokens"] = float(aborted)
         return RolloutResult(episodes, timing)
 
-    def new_episode(self, i: int, spec: RowSpec) -> Episode:
-        """Row i's empty episode, with the tool budget and timeout the controller decides."""
-        max_length = spec.max_length or self.cfg.max_length
-        if len(spec.prompt) >= max_length:
-            raise ValueError(f"prompt {i} has {len(spec.prompt)} tokens; training.max_length "
-                             f"is {max_length}")
-        if len(spec.prompt) == 0:
-            raise ValueError(f"prompt {i} is empty")
-        stats = self.sandbox.stats() if hasattr(self.sandbox, "stats") else {}
-        workers = max(1.0, float(stats.get("workers", 1)))
-        decision = self.controller.decide(
-            difficulty=spec.difficulty, stage=spec.stage,
-            backlog_per_worker=float(stats.get("backlog", 0.0)) / workers,
-            latency_ms=float(stats.get("latency_ms_p50", 0.0)))
-        return Episode(prompt_tokens=list(spec.prompt),
-                       tool_budget=decision.tool_budget if spec.tools else 0,
-                       timeout_ms=decision.timeout_ms, stage=spec.stage,
-                       difficulty=spec.difficulty, group_id=spec.group_id)
+
+def new_episode(i: int, spec: RowSpec, controller: ToolController, *, max_length: int,
+                sandbox: Any = None) -> Episode:
+    """Row i's empty episode, with the tool budget and timeout ``controller`` decides under
+    ``sandbox``'s load (its ``stats()``; None: idle). ``max_length``: the prompt + response
+    tokens of a spec that sets none."""
+    max_length = spec.max_length or max_length
+    if len(spec.prompt) >= max_length:
+        raise ValueError(f"prompt {i} has {len(spec.prompt)} tokens; training.max_length "
+                         f"is {max_length}")
+    if len(spec.prompt) == 0:
+        raise ValueError(f"prompt {i} is empty")
+    stats = sandbox.stats() if hasattr(sandbox, "stats") else {}
+    workers = max(1.0, float(stats.get("workers", 1)))
+    decision = controller.decide(
+        difficulty=spec.difficulty, stage=spec.stage,
+        backlog_per_worker=float(stats.get("backlog", 0.0)) / workers,
+        latency_ms=float(stats.get("latency_ms_p50", 0.0)))
+    return Episode(prompt_tokens=list(spec.prompt),
+                   tool_budget=decision.tool_budget if spec.tools else 0,
+                   timeout_ms=decision.timeout_ms, stage=spec.stage,
+                   difficulty=spec.difficulty, group_id=spec.group_id)
+
+
+def poll_weights(service: RolloutService, weights: WeightFeed, partial: str) -> dict[int, int]:
+    """Polls ``weights()``; new weights take effect in the service's engine at once, and with
+    ``partial`` "abort" every live episode starts again from its prompt (`AgentConfig.partial`).
+    Returns the model tokens thrown away, by handle (empty when nothing restarted)."""
+    new = weights()
+    if new is None:
+        return {}
+    service.engine.update_params(*new)
+    if partial != "abort":
+        return {}
+    return {handle: service.restart(handle) for handle in list(service.live)}
 
 
 def _row_hook(hook: UpdateHook, b: int, episode: Episode, kind: str) -> None:

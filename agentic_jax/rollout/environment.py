@@ -18,7 +18,7 @@ from its own tokens only; what a tool answers is context.
 reports the same call): the loop binary-searches the token prefix where the call completes.
 ``state`` is a dict of the episode's own, for tools that remember earlier calls. A tool with
 nothing slow to do returns a finished future (`done`). To add a tool, implement the protocol and
-pass it in ``tools=`` to `RolloutService` / `AgentLoop`, or name it in a run's config
+pass it in ``tools=`` to `RolloutService` / `build_service`, or name it in a run's config
 (``environment.tools``, read by `build_tools`): a built-in name, or ``module:attribute`` for an
 object (or a class / factory called without arguments) importable from the run's Python path.
 Neither the engine nor the loop changes.

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentic_jax.rollout import Episode, RowSpec, SamplingParams
+from agentic_jax.rollout import Episode, RowSpec, SamplingParams, new_episode
 from agentic_jax.serve.fair_queue import LOCAL, FairQueue
 from agentic_jax.serve.schema import ServeLimits
 
@@ -107,13 +107,17 @@ class WorkerStats:
 
 class RolloutWorker:
     """The thread that runs every rollout of ``policy`` (a
-    `agentic_jax.inference.InferencePolicy`)."""
+    `agentic_jax.inference.InferencePolicy`) through its open rollout loop (``service``), each
+    episode with the run's fixed tool budget. ``max_length``: prompt + response tokens of one
+    episode (the run's ``training.max_length``)."""
 
     def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
         self.policy, self.limits = policy, limits
         self.stats = WorkerStats()
-        self.agent = policy.agent(policy.controller("fixed"))
-        self.service = self.agent.service
+        self.service = policy.rollout_service()
+        self.engine = self.service.engine
+        self.controller = policy.controller("fixed")
+        self.max_length = policy.agent_cfg.max_length
         self._pending: FairQueue[Ticket] = FairQueue(limits.max_queue)
         self._running: dict[int, tuple[Ticket, int]] = {}   # handle -> (ticket, choice)
         self._live_rows = 0
@@ -121,15 +125,10 @@ class RolloutWorker:
         self._closed = False
         self._root = jax.random.key(seed)
         self._unseeded = 0
-        self.policy.engine.set_sampling(policy.agent_cfg.sampling)
-        self.policy.engine.return_on_finish = True   # a finished reply leaves at once
+        self.engine.set_sampling(policy.agent_cfg.sampling)
+        self.engine.return_on_finish = True   # a finished reply leaves at once
         self._thread = threading.Thread(target=self._loop, name="rollout-worker", daemon=True)
         self._thread.start()
-
-    @property
-    def max_length(self) -> int:
-        """Prompt + response tokens of one episode (the run's ``training.max_length``)."""
-        return self.policy.agent_cfg.max_length
 
     @property
     def queued(self) -> int:
@@ -228,12 +227,12 @@ class RolloutWorker:
                 job = ticket.job
                 if self._live_rows + job.n > self.limits.max_batch_rows:
                     break
-                top_k = self.policy.engine.cfg.sampling.top_k
+                top_k = self.engine.cfg.sampling.top_k
                 if job.sampling.top_k != top_k:
                     if self._running or self.service.busy:
                         break
-                    self.policy.engine.set_sampling(dataclasses.replace(
-                        self.policy.engine.cfg.sampling, top_k=job.sampling.top_k))
+                    self.engine.set_sampling(dataclasses.replace(
+                        self.engine.cfg.sampling, top_k=job.sampling.top_k))
                 self._pending.pop()
                 self._start(ticket)
                 admitted.append(ticket)
@@ -255,7 +254,8 @@ class RolloutWorker:
                 self._unseeded + 1
         for choice in range(job.n):
             spec = RowSpec(list(job.prompt), tools=job.tools, max_length=max_length)
-            episode = self.agent.new_episode(choice, spec)
+            episode = new_episode(choice, spec, self.controller, max_length=max_length,
+                                  sandbox=self.policy.sandbox)
             key = np.asarray(jax.random.key_data(jax.random.fold_in(base, choice)))
             handle = self.service.submit(
                 episode, key, max_length=max_length, sampling=job.sampling,

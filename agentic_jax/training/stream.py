@@ -29,7 +29,7 @@ import numpy as np
 
 from agentic_jax.data import Problem
 from agentic_jax.episodes.grading import row_specs
-from agentic_jax.rollout import Episode
+from agentic_jax.rollout import Episode, new_episode, poll_weights
 from agentic_jax.rollout.agent import WeightFeed
 from agentic_jax.rollout.engine.types import EngineStats
 from agentic_jax.training.builders import Run
@@ -75,9 +75,11 @@ class StepStream:
 
     def __init__(self, run: Run, step_key: Callable[[int], jax.Array]):
         self.run, self._step_key = run, step_key
-        self.agent = run.policy.agent(run.controller)
-        self.service, self.engine = self.agent.service, self.agent.engine
-        self.engine.set_sampling(self.agent.cfg.sampling)
+        self._batch_size, self._group_size = run.cfg.training.batch_size, run.cfg.rl.group_size
+        self._agent_cfg = run.policy.agent_cfg  # episode length, sampling, partial mode
+        self.service = run.policy.rollout_service()
+        self.engine = self.service.engine
+        self.engine.set_sampling(self._agent_cfg.sampling)
         self.engine.reset_stats()
         self.service.timer = self._timer = PhaseTimer()
         self._steps: dict[int, _Step] = {}  # in step order
@@ -97,15 +99,16 @@ class StepStream:
     def admit(self, step: int) -> None:
         """Draws step ``step``'s problems from the scheduler and queues ``rl.group_size``
         episodes of each."""
-        cfg, policy = self.run.cfg, self.run.policy
-        jobs = draw_jobs(self.run, cfg.training.batch_size)
-        specs = row_specs(policy, jobs, group_size=cfg.rl.group_size)
-        episodes = [self.agent.new_episode(i, spec) for i, spec in enumerate(specs)]
+        run = self.run
+        jobs = draw_jobs(run, self._batch_size)
+        specs = row_specs(run.policy, jobs, group_size=self._group_size)
+        episodes = [new_episode(i, spec, run.controller, max_length=self._agent_cfg.max_length,
+                                sandbox=run.policy.sandbox) for i, spec in enumerate(specs)]
         keys = np.asarray(jax.random.key_data(jax.random.split(self._step_key(step), len(jobs))))
         record = _Step(jobs, episodes, self.open, self.engine.stats, self._timer.seconds)
         for b, (episode, spec) in enumerate(zip(episodes, specs)):
             handle = self.service.submit(episode, keys[b],
-                                         max_length=spec.max_length or self.agent.cfg.max_length,
+                                         max_length=spec.max_length or self._agent_cfg.max_length,
                                          sampling=spec.sampling)
             self._owner[handle] = (step, b)
         self._steps[step] = record
@@ -113,12 +116,8 @@ class StepStream:
     def advance(self, weights: WeightFeed) -> list[tuple[int, Experience]]:
         """One round: new weights from ``weights()`` first (in-flight episodes go on as
         ``rollout.partial`` says), then one step of the tool loop; the steps it completed."""
-        new = weights()
-        if new is not None:
-            self.engine.update_params(*new)
-            if self.agent.cfg.partial == "abort":
-                for handle in list(self.service.live):
-                    self._steps[self._owner[handle][0]].aborted += self.service.restart(handle)
+        for handle, tokens in poll_weights(self.service, weights, self._agent_cfg.partial).items():
+            self._steps[self._owner[handle][0]].aborted += tokens
         finished = self.service.step()
         stats = self.engine.reset_stats()  # this round's counters, into every step in flight
         for record in self._steps.values():

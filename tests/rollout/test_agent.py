@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from agentic_jax.data import prompts
-from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController, build_service)
 from agentic_jax.rollout.engine import EngineConfig, EngineStats, Event
 from agentic_jax.sandbox import Sandbox, SandboxConfig
 
@@ -119,7 +120,7 @@ def run(tok, sandbox, scripts, prompts_text, *, budget=4, max_length=256, chunk=
     controller = ToolController(max_tool_calls=budget, timeout_ms=2000, mode=mode)
     cfg = AgentConfig(max_length=max_length, max_output_tokens=32,
                       sampling=SamplingParams(temperature=1.0))
-    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
+    agent = AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox), controller, cfg, sandbox)
     prompt_tokens = [enc(tok, p) for p in prompts_text]
     episodes, timing = agent.run([RowSpec(p) for p in prompt_tokens], jax.random.key(0))
     assert not engine.seqs, "every sequence left the engine"
@@ -238,7 +239,7 @@ def test_stateful_episodes_share_a_namespace(tok, sandbox, stateful):
     engine = ScriptedEngine([enc(tok, script), enc(tok, script)])
     controller = ToolController(max_tool_calls=4, timeout_ms=2000, mode="fixed")
     cfg = AgentConfig(max_length=256, max_output_tokens=32, stateful=stateful)
-    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
+    agent = AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox), controller, cfg, sandbox)
     eps, _ = agent.run([RowSpec(enc(tok, "Q\n")), RowSpec(enc(tok, "Q\n"))], jax.random.key(0))
     for ep in eps:  # each episode has its own namespace: row 1 never sees row 0's x
         assert ep.num_tool_calls == 2
@@ -251,8 +252,9 @@ def test_stateful_episodes_share_a_namespace(tok, sandbox, stateful):
 def test_updates_follow_the_episode_as_it_grows(tok, sandbox):
     script = prompts.code_block("print(6 * 7)") + "The answer is \\boxed{42}."
     engine = ScriptedEngine([enc(tok, script), enc(tok, "no idea" + tok.eos_token)])
-    agent = AgentLoop(engine, tok, sandbox, ToolController(timeout_ms=2000, mode="fixed"),
-                      AgentConfig(max_length=256))
+    cfg = AgentConfig(max_length=256)
+    agent = AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox),
+                      ToolController(timeout_ms=2000, mode="fixed"), cfg, sandbox)
     seen = []
     eps, _ = agent.run([RowSpec(enc(tok, "Q\n"))] * 2, jax.random.key(0),
                        on_update=lambda b, ep, kind: seen.append(

@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from agentic_jax.rl.forward import compute_logprobs
-from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController, build_service)
 from agentic_jax.rollout.environment import Call, PythonTool, ToolSet
 from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.sandbox import Sandbox, SandboxConfig
@@ -46,8 +47,9 @@ def _rollout(model, tok, sandbox, **engine_args):
     controller = ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed")
     cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
                       sampling=SamplingParams(temperature=1.0))
-    agent = AgentLoop(engine, tok, sandbox, controller, cfg)
-    agent.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    service = build_service(engine, tok, cfg)
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    agent = AgentLoop(service, controller, cfg, sandbox)
     result = agent.run(_specs(tok), jax.random.key(3))
     return result, engine
 
@@ -109,10 +111,37 @@ def test_episodes_do_not_depend_on_scheduling(model, tok, sandbox, reference, en
     assert engine.pages_held == 0
 
 
+@pytest.mark.parametrize("partial", ["continue", "abort"])
+def test_new_weights_mid_rollout_follow_the_partial_mode(model, tok, sandbox, reference,
+                                                         partial):
+    """The same weights published as version 1 after the first engine step: "continue" decodes
+    on (earlier tokens keep version 0), "abort" starts every unfinished episode again with its
+    key, so it samples what it did before, all of it version 1."""
+    engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=4, page_size=8,
+                                        decode_steps=8))
+    cfg = AgentConfig(max_length=MAX_LENGTH, max_output_tokens=16,
+                      sampling=SamplingParams(temperature=1.0), partial=partial)
+    service = build_service(engine, tok, cfg)
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    feed = iter([None, (model, 1)])
+    loop = AgentLoop(service, ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed"),
+                     cfg, sandbox)
+    result = loop.run(_specs(tok), jax.random.key(3), weights=lambda: next(feed, None))
+    versions = {v for ep in result.episodes for v in ep.versions if v >= 0}
+    if partial == "abort":
+        assert result.timing["aborted_tokens"] > 0 and versions == {1}
+        assert ([ep.response_tokens for ep in result.episodes]
+                == [ep.response_tokens for ep in reference[0].episodes])
+    else:
+        assert result.timing["aborted_tokens"] == 0 and versions == {0, 1}
+    assert engine.pages_held == 0 and not engine.seqs
+
+
 def test_an_engine_shorter_than_the_episodes_is_refused(model, tok, sandbox):
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH - 1))
     with pytest.raises(ValueError, match="max_seq_len"):
-        AgentLoop(engine, tok, sandbox, ToolController(), AgentConfig(max_length=MAX_LENGTH))
+        cfg = AgentConfig(max_length=MAX_LENGTH)
+        AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox), ToolController(), cfg)
 
 
 def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
@@ -123,13 +152,14 @@ def test_a_failed_rollout_leaves_no_sequence_behind(model, tok, sandbox):
             return None
 
     engine = Engine(model, EngineConfig(max_seq_len=MAX_LENGTH, num_slots=2, page_size=8))
-    loop = AgentLoop(engine, tok, sandbox, ToolController(mode="fixed"),
-                     AgentConfig(max_length=MAX_LENGTH))
-    loop.service.toolset = Broken([PythonTool(sandbox)])
+    cfg = AgentConfig(max_length=MAX_LENGTH)
+    service = build_service(engine, tok, cfg)
+    service.toolset = Broken([PythonTool(sandbox)])
+    loop = AgentLoop(service, ToolController(mode="fixed"), cfg, sandbox)
     with pytest.raises(RuntimeError, match="grader exploded"):
         loop.run(_specs(tok), jax.random.key(0))
     assert not engine.seqs and engine.pages_held == 0 and not engine.prefixes
     # The engine is usable again.
-    loop.service.toolset = EveryTurnCalls([PythonTool(sandbox)])
+    service.toolset = EveryTurnCalls([PythonTool(sandbox)])
     result = loop.run(_specs(tok)[:2], jax.random.key(0))
     assert len(result.episodes) == 2

@@ -211,7 +211,8 @@ def test_unpack_bitmask_reads_llguidance_bit_order():
 
 @pytest.mark.slow  # an engine compilation and sandbox runs
 def test_tool_loop_runs_only_parsing_blocks_under_the_mask(tok):
-    from agentic_jax.rollout import AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController
+    from agentic_jax.rollout import (
+        AgentConfig, AgentLoop, RowSpec, SamplingParams, ToolController, build_service)
     from agentic_jax.sandbox import Sandbox, SandboxConfig
 
     model = _biased_model(tok)
@@ -222,8 +223,9 @@ def test_tool_loop_runs_only_parsing_blocks_under_the_mask(tok):
             engine = Engine(model, EngineConfig(num_slots=8, page_size=16, max_seq_len=128))
             cfg = AgentConfig(max_length=128, sampling=SamplingParams(1.0),
                               constrain_code=constrain)
-            loop = AgentLoop(engine, tok, sandbox, ToolController(max_tool_calls=2,
-                             timeout_ms=3000, mode="fixed"), cfg)
+            loop = AgentLoop(build_service(engine, tok, cfg, sandbox=sandbox),
+                             ToolController(max_tool_calls=2, timeout_ms=3000, mode="fixed"),
+                             cfg, sandbox)
             episodes = loop.run([RowSpec(prompt)] * 8, jax.random.key(2)).episodes
             errors[constrain] = [e for ep in episodes for e in ep.tool_errors]
             calls = sum(ep.num_tool_calls for ep in episodes)

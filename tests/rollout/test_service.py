@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from agentic_jax.rollout import AgentConfig, AgentLoop, Episode, RowSpec, ToolController
+from agentic_jax.rollout import (
+    AgentConfig, AgentLoop, Episode, RowSpec, ToolController, build_service)
 from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.rollout.environment import (Calculator, CalculatorError, Feedback, PythonTool,
                                              ToolSet, build_tools)
@@ -155,8 +156,8 @@ def test_a_calculator_call_is_answered_and_masked(tok):
         tok, " so the answer is \\boxed{83810205}.") + [tok.eos_token_id]
     engine = ScriptedEngine([script], decode_steps=1)  # no tokens past the call are dropped
     cfg = AgentConfig(max_length=200, max_output_tokens=32)
-    agent = AgentLoop(engine, tok, None, ToolController(max_tool_calls=2, mode="fixed"), cfg,
-                      tools=[Calculator()])
+    agent = AgentLoop(build_service(engine, tok, cfg, [Calculator()]),
+                      ToolController(max_tool_calls=2, mode="fixed"), cfg)
     (episode,), _ = agent.run([RowSpec(enc(tok, "What is 12345 * 6789?\n"))], jax.random.key(0))
     assert episode.num_tool_calls == 1 and episode.num_tool_failures == 0
     assert episode.finish_reason == "answer"

@@ -73,11 +73,11 @@ def test_a_config_opens_without_data_and_replies_as_the_training_policy(monkeypa
 def test_the_configured_tools_reach_the_loop():
     policy = open_run(tiny_config(**{"environment.tools": ("calculator", "python")}))
     try:
-        tools = policy.agent(policy.controller()).service.toolset.tools
+        tools = policy.rollout_service().toolset.tools
         assert [t.name for t in tools] == ["calculator", "python"]
         assert tools[1].sandbox is policy.sandbox
         # Built once per policy, not per loop (training opens a loop every step).
-        assert policy.agent(policy.controller()).service.toolset.tools == tools
+        assert policy.rollout_service().toolset.tools == tools
     finally:
         policy.close()
 
