@@ -4,6 +4,7 @@ to a host-only `Scheduler` and the device work to a `ModelRunner`."""
 from __future__ import annotations
 
 import operator
+import time
 from typing import Any, Hashable, Sequence
 
 from flax import nnx
@@ -74,6 +75,17 @@ class Engine:
         self.model_cfg = model_cfg
         self.runner = ModelRunner(graphdef, params, model_cfg, cfg, pages, max_pages, mesh)
         self.scheduler = Scheduler(cfg, PagePool(pages), self.runner, page_bytes(model_cfg, ps))
+
+    def warmup(self, max_context: int | None = None) -> tuple[int, float]:
+        """Compiles, before any request, the programs requests of up to ``max_context``
+        positions (default ``max_seq_len``) will run (`ModelRunner.warmup`): a server's first
+        requests then never wait for a compilation. Returns (programs run, seconds)."""
+        if self.seqs:
+            raise RuntimeError("rollout engine: warm up before submitting requests")
+        start = time.perf_counter()
+        n = self.runner.warmup(min(max_context or self.cfg.max_seq_len, self.cfg.max_seq_len),
+                               self.cfg.sampling)
+        return n, time.perf_counter() - start
 
     def reset_stats(self) -> EngineStats:
         """Starts the counters again (the page peak from the pages in use now); returns the old."""

@@ -33,6 +33,9 @@ LAYER_ARRAYS_MIN_BYTES = 64 << 20
 # ... and their second copy must take at most this share of the memory available.
 LAYER_ARRAYS_MAX_SHARE = 1 / 8
 
+# The fewest stop-id columns of a decode call.
+STOP_COLUMNS = 4
+
 # The smallest decode batch: fewer rows save little and would add compilations.
 _MIN_ROWS = 8
 
@@ -82,6 +85,7 @@ class ModelRunner:
         self.params = params
         self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
+        self.prefill_chunk = cfg.prefill_chunk
         self.num_pages, self.max_pages = num_pages, max_pages
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.row_buckets = _row_buckets(cfg.num_slots)
@@ -175,7 +179,9 @@ class ModelRunner:
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
         live = np.zeros(n, bool)
         keys = np.zeros((n,) + running[0].key_data.shape, np.uint32)
-        stops = np.full((n, stop_width), -1, np.int32)
+        # Stop-id columns in steps of powers of two from 4: a request with one more stop id
+        # does not compile another program.
+        stops = np.full((n, _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)), -1, np.int32)
         for i, seq in enumerate(running):
             tables[i, :len(seq.pages)] = seq.pages
             last[i], length[i], budget[i], live[i] = seq.tokens[-1], seq.length, seq.budget, True
@@ -197,6 +203,55 @@ class ModelRunner:
             (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps,
              out.top_logprobs, out.top_ids))
         return DecodeResult(toks, lps, vals, count, stopped, int(steps), n, top_lps, top_ids)
+
+    def warmup(self, max_context: int, sampling: SamplingParams) -> int:
+        """Compiles the decode program of every batch size and attention width, and the
+        prefill program of every chunk shape, that contexts of up to ``max_context`` positions
+        can reach, so a server's requests never wait on a compilation (the first 32-client
+        minutes of serving the tiny model otherwise compiled 11 decode and 8 prefill programs,
+        1-2 s each, while requests waited). The programs of the default sampling, without
+        top log-probs or a code constraint; other variants compile when first asked for.
+        Every row is idle and every token invalid: nothing is written to the pool. Returns
+        the number of programs run."""
+        self._wake()
+        ps = self.page_size
+        pages = min(self.max_pages, -(-(max_context + self.decode_steps) // ps) + 1)
+        n_programs = 0
+        _, _, use_filter = _row_sampling([], 1, sampling)
+        for n in self.row_buckets:
+            slots = pm.SlotState(*(np.zeros(n, np.int32) for _ in range(3)),
+                                 np.zeros(n, bool), np.zeros((n, 2), np.uint32),
+                                 np.full((n, STOP_COLUMNS), -1, np.int32))
+            widths = sorted({max(64, _width_bucket(k)) for k in range(1, n * pages + 1)})
+            for m in widths:
+                pairs = PagePairs(np.full(m, n, np.int32), np.zeros(m, np.int32),
+                                  np.zeros(m, np.int32))
+                out = pm.decode_jit(
+                    self.graphdef, self._weights, self.kv, slots,
+                    np.zeros((n, self.max_pages), np.int32), pairs,
+                    np.full(n, sampling.temperature, np.float32),
+                    np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
+                    num_steps=self.decode_steps, top_k=sampling.top_k, use_filter=use_filter,
+                    attention_impl=self.decode_impl, top_logprobs=0)  # as `decode` passes them
+                self.kv = out.kv
+                n_programs += 1
+        # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
+        # found in the cache, or after an earlier chunk): width _width_bucket(L), table
+        # _bucket(pages up to start + L).
+        chunk = min(max_context, self.prefill_chunk)
+        shapes = sorted({(_width_bucket(k), _bucket(-(-(start + k) // ps), self.max_pages))
+                         for start in range(0, max_context, ps)
+                         for k in range(1, min(chunk, max_context - start) + 1)})
+        for rows in sorted({_bucket(k, self.prefill_rows) for k in
+                            range(1, self.prefill_rows + 1)}):
+            for width, table_w in shapes:
+                self.kv = pm.prefill_jit(
+                    self.graphdef, self._weights, self.kv, np.zeros((rows, width), np.int32),
+                    np.zeros(rows, np.int32), np.zeros(rows, np.int32),
+                    np.zeros((rows, table_w), np.int32))
+                n_programs += 1
+        jax.block_until_ready(self.kv)
+        return n_programs
 
     def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is

@@ -1,0 +1,58 @@
+"""Engine.warmup compiles what requests will run: afterwards none waits on a compilation."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rollout import SamplingParams
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
+from agentic_jax.rollout.engine import paged_model as pm
+
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=8)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Transformer(CFG, rngs=nnx.Rngs(3))
+
+
+def _compiled():
+    return pm.decode_jit._cache_size(), pm.prefill_jit._cache_size()
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-cache"])
+def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching):
+    cfg = EngineConfig(num_slots=12, page_size=8, max_seq_len=64, decode_steps=4,
+                       prefill_chunk=24, prefill_rows=2, prefix_caching=prefix_caching,
+                       sampling=SamplingParams(temperature=1.0))
+    engine = Engine(model, cfg)
+    programs, seconds = engine.warmup()
+    assert programs > 10 and seconds > 0
+    before = _compiled()
+    rng = np.random.default_rng(0)
+    shared = rng.integers(3, 64, 17).tolist()   # two full pages a later prompt finds cached
+    keys = jax.random.split(jax.random.key(0), 40)
+    for wave, count in enumerate((1, 12, 5, 9)):  # batches of different sizes, one after another
+        for i in range(count):
+            length = int(rng.integers(1, 40))
+            prompt = (shared + rng.integers(3, 64, length).tolist())[:50] if i % 2 else \
+                rng.integers(3, 64, length).tolist()
+            stops = tuple(range(int(rng.integers(1, 4))))  # 1 to 3 stop ids
+            engine.submit(Request((wave, i), tuple(prompt), int(rng.integers(1, 14)),
+                                  keys[wave * 12 + i], stop_tokens=stops))
+        events = engine.run()
+        assert len(events) == count
+    assert _compiled() == before
+
+
+def test_warmup_refuses_an_engine_with_requests(model):
+    engine = Engine(model, EngineConfig(num_slots=2, page_size=8, max_seq_len=32))
+    engine.submit(Request(0, (3, 4), 4, jax.random.key(0)))
+    with pytest.raises(RuntimeError, match="warm up before"):
+        engine.warmup()
+    assert dataclasses.is_dataclass(engine.cfg)
