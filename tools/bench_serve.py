@@ -53,6 +53,10 @@ def _serve(policy, limits):
 
     from agentic_jax.serve import Service, create_app
 
+    if hasattr(policy.engine, "warmup"):  # what `python -m agentic_jax.serve` does first
+        policy.engine.set_sampling(policy.agent_cfg.sampling)
+        programs, seconds = policy.engine.warmup()
+        print(f"warm-up: {programs} programs in {seconds:.1f} s", file=sys.stderr, flush=True)
     service = Service.start(policy, limits)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

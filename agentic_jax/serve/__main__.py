@@ -52,6 +52,10 @@ _CONSTRAIN = flags.DEFINE_boolean(
     "Python (agentic_jax.rollout.constrain; needs llguidance).")
 _DRAIN = flags.DEFINE_float("drain_s", 30.0, "On SIGTERM, how long requests in flight may "
                             "take to finish (new ones get 503) before the server exits.")
+_WARMUP = flags.DEFINE_boolean(
+    "warmup", True, "Compile every program the engine can run before serving (a minute or "
+    "more on CPU, longer for larger models and max_length), so no request waits on a "
+    "compilation; --nowarmup starts at once and compiles as requests need.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed of the first batch (later ones fold "
                              "in their index).")
 
@@ -89,7 +93,13 @@ def main(argv: list[str]) -> int:
             return 2
         policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
             policy.agent_cfg, constrain_code=True))
-    service = Service.start(policy, limits, model_name=loaded.name, seed=_SEED.value)
+    if _WARMUP.value:
+        print("compiling the engine's programs (--nowarmup skips this) ...", flush=True)
+    service = Service.start(policy, limits, model_name=loaded.name, seed=_SEED.value,
+                            warmup=_WARMUP.value)
+    if _WARMUP.value:
+        print(f"compiled {service.worker.warmup_programs} programs in "
+              f"{service.worker.warmup_s:.0f} s", flush=True)
     try:
         print(f"serving {loaded.name} on http://{_HOST.value}:{_PORT.value}/ (pid {os.getpid()})",
               flush=True)

@@ -49,8 +49,10 @@ class Service:
 
     @classmethod
     def start(cls, policy: Any, limits: ServeLimits, *, model_name: str = "agentic_jax",
-              seed: int = 0) -> Service:
-        worker = RolloutWorker(policy, limits, seed=seed)
+              seed: int = 0, warmup: bool = False) -> Service:
+        """The service of ``policy``; ``warmup``: compile the engine's programs first
+        (`Engine.warmup`)."""
+        worker = RolloutWorker(policy, limits, seed=seed, warmup=warmup)
         return cls(policy=policy, worker=worker, limits=limits, model_name=model_name,
                    tools=tools_api.ToolResources(policy, worker, seed=seed))
 

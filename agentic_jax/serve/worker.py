@@ -109,9 +109,11 @@ class RolloutWorker:
     """The thread that runs every rollout of ``policy`` (a
     `agentic_jax.inference.InferencePolicy`) through its open rollout loop (``service``), each
     episode with the run's fixed tool budget. ``max_length``: prompt + response tokens of one
-    episode (the run's ``training.max_length``)."""
+    episode (the run's ``training.max_length``). ``warmup``: compile the engine's programs
+    before the thread starts (`Engine.warmup`), so no request waits on a compilation;
+    ``warmup_s`` says how long that took."""
 
-    def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0):
+    def __init__(self, policy: Any, limits: ServeLimits, seed: int = 0, warmup: bool = False):
         self.policy, self.limits = policy, limits
         self.stats = WorkerStats()
         self.service = policy.rollout_service()
@@ -127,6 +129,7 @@ class RolloutWorker:
         self._unseeded = 0
         self.engine.set_sampling(policy.agent_cfg.sampling)
         self.engine.return_on_finish = True   # a finished reply leaves at once
+        self.warmup_programs, self.warmup_s = self.engine.warmup() if warmup else (0, 0.0)
         self._thread = threading.Thread(target=self._loop, name="rollout-worker", daemon=True)
         self._thread.start()
 
