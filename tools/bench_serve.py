@@ -12,7 +12,9 @@ are staggered, so long ones run all the time). Prints, per C: short-request p50 
 p99 over the solo latency, and completion tokens/s over all requests. Then, with
 ``--heavy=N``, fairness: one client (its own API key) keeps N long requests in flight while
 another sends ``--rounds`` short ones back to back; prints the light client's p50 / p99 beside
-the heavy one's, and how many requests of each were refused (429).
+the heavy one's, and how many requests of each were refused (429). The mixed phases' clients
+run as coroutines in a process of their own, as a server's clients do (client threads in the
+server's process would share its interpreter lock and cores with the rollout worker).
 
 ``--baseline=DIR`` runs this same script on another checkout of the package (e.g. a worktree
 of an earlier commit) in a subprocess first, so the two servers are measured in one run on
@@ -122,23 +124,14 @@ def _burst(url: str, heavy: int, rounds: int, long_tokens: int, short_tokens: in
 
 def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: int) -> dict:
     """C clients, each ``rounds`` requests back to back; request r of client c is long when
-    (r + c) % 4 == 0."""
-    import httpx
-
-    def client(c: int) -> list[tuple[bool, float, int]]:
-        out = []
-        with httpx.Client() as http:
-            for r in range(rounds):
-                long = (r + c) % 4 == 0
-                seconds, tokens = _send(http, url, 100 * c + r,
-                                        long_tokens if long else short_tokens)
-                out.append((long, seconds, tokens))
-        return out
-
-    start = time.perf_counter()
-    with cf.ThreadPoolExecutor(clients) as pool:
-        results = [x for xs in pool.map(client, range(clients)) for x in xs]
-    wall = time.perf_counter() - start
+    (r + c) % 4 == 0. The clients run in a process of their own (`_client_load`), as clients
+    of a server do: client threads inside the server's process would take its interpreter
+    lock and its cores from the worker."""
+    job = json.dumps([url, clients, rounds, long_tokens, short_tokens])
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--_client_load", job],
+                          check=True, capture_output=True, text=True)
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    wall = results.pop()
     short = np.asarray([s for long, s, _ in results if not long])
     return {"short_p50_s": float(np.percentile(short, 50)),
             "short_p90_s": float(np.percentile(short, 90)),
@@ -146,6 +139,39 @@ def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: 
             "short_requests": int(short.size),
             "long_requests": sum(long for long, _, _ in results),
             "tokens_per_s": sum(t for _, _, t in results) / wall, "seconds": wall}
+
+
+def _client_load(job: str) -> None:
+    """`_mixed`'s clients as coroutines of one asyncio loop; prints [(long, seconds, tokens),
+    ..., wall seconds] as JSON."""
+    import asyncio
+
+    import httpx
+
+    url, clients, rounds, long_tokens, short_tokens = json.loads(job)
+
+    async def client(http, c: int) -> list:
+        out = []
+        for r in range(rounds):
+            long = (r + c) % 4 == 0
+            body = {"messages": [{"role": "user", "content": f"What is {100 * c + r} + "
+                                                             f"{100 * c + r + 7}?"}],
+                    "max_tokens": long_tokens if long else short_tokens, "temperature": 0}
+            start = time.perf_counter()
+            reply = await http.post(f"{url}/v1/chat/completions", json=body, timeout=1800)
+            reply.raise_for_status()
+            out.append((long, time.perf_counter() - start,
+                        reply.json()["usage"]["completion_tokens"]))
+        return out
+
+    async def run() -> list:
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(limits=limits) as http:
+            start = time.perf_counter()
+            per_client = await asyncio.gather(*(client(http, c) for c in range(clients)))
+            return [x for xs in per_client for x in xs] + [time.perf_counter() - start]
+
+    print(json.dumps(asyncio.run(run())), flush=True)
 
 
 def measure(args) -> dict:
@@ -201,6 +227,10 @@ def _report(name: str, r: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--_client_load"]:
+        _client_load(argv[1])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--rounds", type=int, default=8, help="requests per client")
@@ -221,8 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     if args.baseline:
         with open(os.devnull, "w") as quiet:
-            forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
-                         if not a.startswith(("--baseline", "--json", "--package_root"))]
+            forwarded = [a for a in argv if not a.startswith(("--baseline", "--json", "--package_root"))]
             out = os.path.join("/tmp", f"bench_serve_baseline_{os.getpid()}.json")
             root = os.path.abspath(args.baseline)
             subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded,
