@@ -66,12 +66,14 @@ def test_a_burst_of_one_client_neither_refuses_nor_long_delays_another(tiny_poli
                          request_timeout_s=300)
     results = []
     with live_server(tiny_policy, limits) as (url, service):
-        # Each engine step takes at least 0.05 s, so the heavy requests queue up however fast
-        # the tiny model decodes (a few milliseconds a request otherwise).
+        # Each engine step takes at least 0.2 s, so the heavy requests queue up however fast
+        # the tiny model decodes (a few milliseconds a request otherwise), and a light request
+        # slowed on its way in by a loaded machine still finds the heavy one it arrived behind
+        # running.
         rollout, step = service.worker.service, service.worker.service.step
 
         def slow_step(*args, **kwargs):
-            time.sleep(0.05)
+            time.sleep(0.2)
             return step(*args, **kwargs)
 
         rollout.step = slow_step
