@@ -159,6 +159,21 @@ def _children_when(box: Sandbox, count: int) -> list[int]:
     return children
 
 
+def _busy_child(box: Sandbox, cpu_s: float = 0.05) -> int:
+    """The child running a busy loop, once it has run ``cpu_s``: until then the children
+    listed may still be an earlier snippet's, not yet reaped, and the prepared ones."""
+    deadline = time.monotonic() + 10
+    while True:
+        for pid in _levels(box)["child"]:
+            try:
+                if sum(psutil.Process(pid).cpu_times()[:2]) >= cpu_s:
+                    return pid
+            except psutil.NoSuchProcess:
+                continue
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("while_running", [False, True])
 def test_killing_every_child_fails_only_the_running_snippet(while_running):
     """Children the server prepares ahead die before any code reaches them: the requests
@@ -168,6 +183,8 @@ def test_killing_every_child_fails_only_the_running_snippet(while_running):
     with Sandbox(SandboxConfig(num_workers=1, timeout_ms=5000, cache_size=0)) as box:
         probe(box)
         running = box.submit("while True:\n    pass") if while_running else None
+        if running is not None:
+            _busy_child(box)
         for pid in _children_when(box, 3 if while_running else 2):
             os.kill(pid, signal.SIGKILL)
         if running is not None:
@@ -186,9 +203,18 @@ def test_sigstop_of_a_process_level_is_bounded(level):
     cfg = SandboxConfig(num_workers=1, timeout_ms=500, grace_ms=500, cache_size=0)
     with Sandbox(cfg) as box:
         probe(box)
-        time.sleep(0.5)  # the finished child is reaped; only the prepared one is left
-        victims = _levels(box)[level]
-        assert len(victims) == (2 if level == "child" else 1), victims  # two children prepared
+        time.sleep(0.5)
+        # The finished child reaped, two prepared ones left, both isolated (a child bears the
+        # template's name until then).
+        deadline = time.monotonic() + 10
+        while True:
+            levels = _levels(box)
+            if {k: len(v) for k, v in levels.items()} == {"outer": 1, "server": 1,
+                                                          "template": 1, "child": 2}:
+                break
+            assert time.monotonic() < deadline, levels
+            time.sleep(0.05)
+        victims = levels[level]
         for pid in victims:
             os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
