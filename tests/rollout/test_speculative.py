@@ -116,3 +116,26 @@ def test_sampled_distribution_is_plain_decodings():
         p = np.bincount([e.tokens[pos] for e in plain.values()], minlength=8) / len(prompts)
         q = np.bincount([e.tokens[pos] for e in spec.values()], minlength=8) / len(prompts)
         assert 0.5 * np.abs(p - q).sum() < 0.08, (pos, p, q)
+
+
+def test_multi_query_pair_attention_is_block_table_attention():
+    """Several queries a row over the page pairs give the block-table attention's output."""
+    from agentic_jax.kernels.paged_attention import (PagePairs, paged_attention_xla,
+                                                     ragged_multi_query_attention_xla)
+    rng = np.random.default_rng(0)
+    hkv, pages, ps, dim, rows, t = 2, 12, 4, 8, 3, 3
+    k_pool = jnp.asarray(rng.normal(size=(hkv, pages, ps, dim)), jnp.float32)
+    v_pool = jnp.asarray(rng.normal(size=(hkv, pages, ps, dim)), jnp.float32)
+    tables = np.array([[3, 5, 0], [7, 1, 2], [4, 0, 0]], np.int32)
+    used = [3, 3, 1]
+    lengths = np.array([6, 9, 1])                       # first query's position
+    positions = jnp.asarray(lengths[:, None] + np.arange(t), jnp.int32)
+    positions = jnp.minimum(positions, jnp.asarray([[11], [11], [3]]))
+    q = jnp.asarray(rng.normal(size=(rows, t, 4, dim)), jnp.float32)
+    pair_rows = np.concatenate([[r] * n for r, n in enumerate(used)] + [[rows] * 3])
+    pair_pages = np.concatenate([tables[r, :n] for r, n in enumerate(used)] + [[0] * 3])
+    starts = np.concatenate([np.arange(n) * ps for n in used] + [[0] * 3])
+    pairs = PagePairs(*(jnp.asarray(x, jnp.int32) for x in (pair_rows, pair_pages, starts)))
+    got = ragged_multi_query_attention_xla(q, k_pool, v_pool, pairs, positions)
+    want = paged_attention_xla(q, k_pool, v_pool, jnp.asarray(tables), positions)
+    np.testing.assert_allclose(got, want, atol=1e-5)
