@@ -170,6 +170,12 @@ def _default() -> ml_collections.ConfigDict:
     # Keep prefilled prompt pages and start later prompts with the same first tokens from them
     # (EngineConfig.prefix_caching, vLLM's automatic prefix caching); dropped on new weights.
     c.rollout.prefix_caching = True
+    # Speculative decoding (EngineConfig.speculative_tokens): verify up to this many
+    # prompt-lookup drafts a row per decode step (copies of the context's own text), with the
+    # tokens and log-probs of plain decoding; 0: off. It pays where a decode step is
+    # memory-bound (GPU), not on CPU (docs/performance.md).
+    c.rollout.speculative_tokens = 0
+    c.rollout.speculative_ngram = 3  # the longest context suffix the drafts are looked up by
     # Rollouts overlapping the update (agentic_jax.training.async_rollouts): sync | one_step_off
     # (the next step's rollout runs during the update, weights switch between rollouts) |
     # fully_async (a producer runs up to max_staleness steps ahead; new weights reach it at once

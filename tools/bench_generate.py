@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a real checkpoint (smollm2-135m, an HF directory): its chat "
                              "workloads instead (tools/bench_generate_real.py)")
     parser.add_argument("--real_workloads", default="chat,longtail",
-                        help="--model: comma-separated subset of chat,longtail,profile")
+                        help="--model: comma-separated subset of chat,longtail,episodes,profile")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="--model: what HF and the engine both compute in")
     parser.add_argument("--layer_arrays", choices=("auto", "0", "1"), default="auto",
@@ -59,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--model: the engine's EngineConfig.prefix_caching (prompts "
                              "that start alike prefill their common full pages once; 1 is "
                              "the engine's default)")
+    parser.add_argument("--speculative", type=int, default=0,
+                        help="real model: speculative tokens k for the episodes workload "
+                             "(0: 4) and, when set, an engine k=0 / k comparison of the "
+                             "other workloads")
     parser.add_argument("--real_cap", type=int, default=0,
                         help="--model: new-token cap (0: the workload's own, 128 / 256)")
     parser.add_argument("--prompts", type=int, default=96, help="longtail: ragged prompts")

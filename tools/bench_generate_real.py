@@ -9,6 +9,11 @@ rounds so machine load falls on all alike:
   chat      32 prompts, up to 128 new tokens, as many engine slots as prompts
   longtail  96 prompts, up to 256 new tokens, 32 engine slots: more requests than slots, so
             finished slots are refilled (HF generate pads all 96 to the longest)
+  episodes  32 tool-using episodes of the SmolLM2 recipe's format (the chat prompt, the
+            reference program in a code block and its rendered output, as the warm start's
+            examples hold them), the model writing the rest (up to 128 new tokens): the engine
+            without and with speculative decoding (``--speculative=K`` drafts, default 4),
+            interleaved, with the drafts' acceptance rate and tokens per decode row
   profile   one engine decode step of 32 rows (and of 8, 16 and 24) against a plain jitted
             forward of 32 tokens without a cache, HF's forward of 32 tokens with its KV cache (what each step of
             HF generate runs) and the FLOP floor at the measured matmul rate; wall and CPU
@@ -50,6 +55,64 @@ def chat_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
     picked = [problems[i] for i in rng.choice(len(problems), n, replace=False)]
     return [encode_prompt(tokenizer, format_prompt(p.question, template="chat",
                                                    tokenizer=tokenizer)) for p in picked]
+
+
+def episode_contexts(tokenizer, n: int, stops: list[int], seed: int = 0) -> list[list[int]]:
+    """``n`` tool-using episodes cut after the tool's output: the chat prompt, the reference
+    program's code block and its rendered output (`warmstart_data.build_example`, the SmolLM2
+    recipe's layout), what a rollout holds when the model writes its answer."""
+    import contextlib
+    import io
+
+    from agentic_jax.data import generate_curriculum
+    from agentic_jax.data.prompts import format_prompt
+    from agentic_jax.data.tokenizer import encode_prompt
+    from agentic_jax.training.warmstart_data import ExampleFormat, build_example
+
+    problems = generate_curriculum(seed=seed, sizes={"arithmetic": 200, "algebra": 200})
+    rng = np.random.default_rng(seed)
+    layout = ExampleFormat(output_tokens=32, end_ids=tuple(stops))
+    contexts = []
+    for i in rng.permutation(len(problems)):
+        problem, out = problems[i], io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(problem.solution_code, {})  # the curriculum's own reference programs
+        prompt = encode_prompt(tokenizer, format_prompt(problem.question, template="chat",
+                                                        tokenizer=tokenizer))
+        example = build_example(problem, prompt, tokenizer, tool_output=out.getvalue(),
+                                max_length=1 << 20, layout=layout)
+        last_output = max(j for j, m in enumerate(example.loss_mask) if m == 0)
+        contexts.append(example.tokens[:last_output + 1])
+        if len(contexts) == n:
+            return contexts
+    return contexts
+
+
+def speculative_workload(ours, prompts: list[list[int]], stops: list[int], cap: int,
+                         cfg: EngineConfig, k: int, repeats: int, name: str) -> None:
+    """The engine without and with ``k`` speculative tokens on the same prompts, interleaved;
+    prints the table, the drafts' acceptance rate and tokens per decode row."""
+    import bench_generate_longtail as lt
+
+    spec_cfg = dataclasses.replace(cfg, speculative_tokens=k)
+    fns = {"engine": functools.partial(lt.engine, ours, prompts, stops, cap, cfg),
+           f"engine speculative k={k}": functools.partial(lt.engine, ours, prompts, stops,
+                                                          cap, spec_cfg)}
+    tokens = {label: fn() for label, fn in fns.items()}   # warm-up, compiling
+    sides = bench_clock.interleaved(fns, repeats, warmup=False)
+    lengths = [len(p) for p in prompts]
+    print(f"{name}: {len(prompts)} contexts of {min(lengths)}..{max(lengths)} tokens, "
+          f"temperature 1, cap {cap}, stop <|im_end|>; median of {repeats}, interleaved; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    for line in bench_clock.table(sides, tokens, ["engine"]):
+        print(line, flush=True)
+    for label, c in (("engine", cfg), (f"k={k}", spec_cfg)):
+        stats = lt.engine_stats(ours, prompts, stops, cap, c)
+        rate = stats["accepted_tokens"] / max(stats["drafted_tokens"], 1)
+        print(f"{label}: decode {stats['decode_s']:.2f} s, {stats['token_steps']:.0f} tokens, "
+              f"{stats['token_steps'] / max(stats['row_steps'], 1):.2f} tokens per decode "
+              f"row computed; drafts {stats['drafted_tokens']:.0f}, accepted "
+              f"{stats['accepted_tokens']:.0f} ({rate:.1%})", flush=True)
 
 
 def matmul_gflops(size: int = 2048) -> float:
@@ -192,6 +255,13 @@ def run(args: argparse.Namespace) -> None:
           f"engine layer_arrays={layer_arrays} ({why}) "
           f"prefix_caching={bool(args.prefix_caching)}")
     for name in args.real_workloads.split(","):
+        if name == "episodes":
+            cfg = EngineConfig(num_slots=32, page_size=16, decode_steps=args.decode_steps,
+                               layer_arrays=setting, prefix_caching=bool(args.prefix_caching))
+            speculative_workload(ours, episode_contexts(tokenizer, 32, stops), stops,
+                                 args.real_cap or 128, cfg, args.speculative or 4,
+                                 args.repeats, name)
+            continue
         if name == "profile":
             profile_decode(ours, chat_prompts(tokenizer, 32), stops, gflops, hf=hf,
                            layer_arrays=layer_arrays)
@@ -223,6 +293,9 @@ def run(args: argparse.Namespace) -> None:
         for line in bench_clock.table(sides, tokens, ["HF generate (static)",
                                                       "HF generate_batch (CB)"]):
             print(line, flush=True)
+        if args.speculative:
+            speculative_workload(ours, prompts, stops, cap, cfg, args.speculative,
+                                 args.repeats, name)
         stats = lt.engine_stats(ours, prompts, stops, cap, cfg)
         print(f"engine: slot utilisation {stats['slot_utilisation']:.1%} (tokens per row "
               f"computed {stats['token_steps'] / max(stats['row_steps'], 1):.1%}), prefill "

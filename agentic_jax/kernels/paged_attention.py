@@ -155,6 +155,53 @@ def ragged_decode_attention_xla(
     return out.reshape(batch, num_heads, dim).astype(q.dtype)
 
 
+def ragged_multi_query_attention_xla(
+    q: jax.Array,
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    pairs: PagePairs,
+    q_positions: jax.Array,
+    *,
+    sm_scale: float | None = None,
+    layer: jax.Array | None = None,
+) -> jax.Array:
+    """`ragged_decode_attention_xla` for several queries a row: q [B, T, Hq, D] at q_positions
+    [B, T] over the pages listed in ``pairs`` -> [B, T, Hq, D]; each query sees the keys at
+    positions <= its own (a row's speculative tokens, verified in one step)."""
+    batch, q_len, num_heads, dim = q.shape
+    num_kv_heads, _, page_size, _ = k_pages.shape[-4:]
+    group = num_heads // num_kv_heads
+    sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
+    valid_pair = pairs.rows < batch
+    rows = jnp.minimum(pairs.rows, batch - 1)
+    pick = jax.nn.one_hot(rows, batch, dtype=q.dtype)                          # [M, B]
+    q_rows = q.reshape(batch, q_len, num_kv_heads, group, dim)
+    q_pairs = jnp.einsum("mb,btkgd->mktgd", pick, q_rows,
+                         preferred_element_type=jnp.float32).astype(q.dtype)
+    if layer is None:
+        keys = jnp.moveaxis(k_pages[:, pairs.pages], 0, 1)                     # [M, Hkv, ps, D]
+        values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
+    else:
+        keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
+    keys, values = from_bits(keys).astype(q.dtype), from_bits(values).astype(q.dtype)
+    scores = jnp.einsum("mktgd,mksd->mktgs", q_pairs, keys,
+                        preferred_element_type=jnp.float32) * sm_scale
+    kv_pos = pairs.starts[:, None] + jnp.arange(page_size)                     # [M, ps]
+    visible = ((kv_pos[:, None, :] <= q_positions[rows][:, :, None])
+               & valid_pair[:, None, None])                                    # [M, T, ps]
+    visible = visible[:, None, :, None, :]
+    scores = jnp.where(visible, scores, _MASK_VALUE)
+    segment = jnp.where(valid_pair, pairs.rows, batch)                         # batch: dropped
+    row_max = jax.ops.segment_max(scores.max(-1), segment, num_segments=batch)
+    probs = jnp.where(visible, jnp.exp(scores - row_max[rows][..., None]), 0.0)
+    denom = jax.ops.segment_sum(probs.sum(-1), segment, num_segments=batch)   # [B, Hkv, T, G]
+    out_pairs = jnp.einsum("mktgs,mksd->mktgd", probs.astype(values.dtype), values,
+                           preferred_element_type=jnp.float32)
+    out = jax.ops.segment_sum(out_pairs, segment, num_segments=batch)
+    out = out / jnp.maximum(denom, jnp.finfo(jnp.float32).tiny)[..., None]
+    return jnp.moveaxis(out, 2, 1).reshape(batch, q_len, num_heads, dim).astype(q.dtype)
+
+
 def pallas_decode_fits(head_dim: int, page_size: int, backend: str) -> bool:
     """Whether the compiled decode kernel of ``backend`` lowers for these shapes. Triton
     (GPU) needs every array in the kernel a power of two in size: the head dim and the page

@@ -23,6 +23,7 @@ from agentic_jax.kernels.paged_attention import (
     paged_attention_xla,
     paged_decode_attention,
     ragged_decode_attention_xla,
+    ragged_multi_query_attention_xla,
 )
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.partitioning import logical_to_mesh_spec
@@ -68,9 +69,9 @@ class PagedLayer:
 
     k, v: the pool of every layer [L, Hkv, P, page_size, D] (`as_bits`); layer: this one's
     index. page / offset int32 [B, T]: where each token's K/V goes (page == P: nowhere).
-    Attention reads the block tables [B, W] for a chunk (T >= 1); for a decode step (T == 1)
-    the page ``pairs`` (XLA, cost by real length) or, with ``decode_impl``,
-    `paged_decode_attention`.
+    Attention reads the page ``pairs`` when given (XLA, cost by real length; a decode step,
+    T == 1, or a speculative one, T > 1); else for a decode step with ``decode_impl``
+    `paged_decode_attention`, and the block tables [B, W] for a chunk.
     """
 
     k: jax.Array
@@ -88,7 +89,10 @@ class PagedLayer:
         k, v = as_bits(k.astype(self.dtype)), as_bits(v.astype(self.dtype))
         pool_k = self.k.at[self.layer, :, self.page, self.offset].set(k, mode="drop")
         pool_v = self.v.at[self.layer, :, self.page, self.offset].set(v, mode="drop")
-        if self.pairs is not None:   # pages gathered from the whole pool: no per-layer slice copy
+        if self.pairs is not None and q.shape[1] > 1:
+            out = ragged_multi_query_attention_xla(q, pool_k, pool_v, self.pairs, positions,
+                                                   layer=self.layer)
+        elif self.pairs is not None:  # pages gathered from the whole pool: no layer slice copy
             out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, self.pairs,
                                               positions[:, 0], layer=self.layer)[:, None]
         else:

@@ -23,6 +23,7 @@ from flax import nnx
 from agentic_jax.kernels.paged_attention import PagePairs, as_bits, from_bits
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.layers import dense
+from agentic_jax.rollout.engine import speculative
 from agentic_jax.rollout.engine.paged_kv import PagedKV, forward_paged
 from agentic_jax.rollout.sampling import sample_tokens, top_logprobs as top_k_logprobs
 
@@ -122,7 +123,8 @@ class DecodeOut(NamedTuple):
     """tokens / logprobs / values [S, N] (first count[s] valid), count [S], stopped [S] (emitted a
     stop id), steps (decode steps run), and the updated slot state and pool; with
     ``top_logprobs`` = K > 0, top_logprobs float32 / top_ids int32 [S, N, K], the K most likely
-    tokens at each step (else None)."""
+    tokens at each step (else None); with speculation, drafted / accepted int32 [S], the drafts
+    verified and those emitted (else None)."""
 
     tokens: jax.Array
     logprobs: jax.Array
@@ -134,6 +136,8 @@ class DecodeOut(NamedTuple):
     kv: PagedKV
     top_logprobs: jax.Array | None = None
     top_ids: jax.Array | None = None
+    drafted: jax.Array | None = None
+    accepted: jax.Array | None = None
 
 
 def resolve_decode_impl(impl: str) -> str:
@@ -156,9 +160,9 @@ def _prefill(graphdef, weights: EngineWeights, kv: PagedKV, tokens, start, chunk
 
 
 def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, block_tables,
-            pairs: PagePairs, temperature, top_p, return_after, allowed=None, *, num_steps: int,
-            top_k: int, use_filter: bool, attention_impl: str, top_logprobs: int = 0
-            ) -> DecodeOut:
+            pairs: PagePairs, temperature, top_p, return_after, allowed=None, window=None, *,
+            num_steps: int, top_k: int, use_filter: bool, attention_impl: str,
+            top_logprobs: int = 0, speculative_tokens: int = 0, ngram: int = 3) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
     ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
@@ -174,8 +178,25 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
 
     ``top_logprobs`` (static) > 0 also records the most likely tokens of every step
     (`sampling.top_logprobs`); 0 compiles the program without them.
+
+    ``speculative_tokens`` (static) = k > 0 with ``window`` (int32 [S, W], each row's last
+    context tokens, `speculative.context_window`): each step verifies up to k prompt-lookup
+    drafts a row (`speculative.decode_loop`; attention over ``pairs``) and emits 1..k+1
+    tokens, the output holding num_steps * (k + 1) of them; not with ``allowed``.
     """
     model, head = _merge(graphdef, weights), weights.head
+    if speculative_tokens:
+        def forward(tokens, positions, valid, kv):
+            hidden, kv = forward_paged(model, tokens, positions, valid, kv, block_tables,
+                                       pairs=pairs, layers=weights.layers)
+            return (_head_logits(model, head, hidden), _head_values(model, hidden), kv)
+
+        out = speculative.decode_loop(
+            forward, kv, slots, window, temperature, top_p, return_after, num_steps=num_steps,
+            k=speculative_tokens, ngram=ngram, top_k=top_k, use_filter=use_filter,
+            top_logprobs=top_logprobs)
+        return DecodeOut(*out[:8], top_logprobs=out[10], top_ids=out[11], drafted=out[8],
+                         accepted=out[9])
     use_pairs = pairs if attention_impl == "xla" else None
     num_slots = slots.live.shape[0]
     zeros = jnp.zeros((num_slots, num_steps))
@@ -227,6 +248,19 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
     return DecodeOut(toks, lps, vals, count, stopped, step, slots, kv, *carry[9:])
 
 
+def _head_logits(model, head: jax.Array | None, hidden: jax.Array) -> jax.Array:
+    """hidden [S, T, E] -> float32 logits [S, T, V] (a 16-bit tied head from ``head``)."""
+    if head is None:
+        return model.head_logits(hidden)
+    return dense(hidden, from_bits(head), preferred_element_type=jnp.float32)
+
+
+def _head_values(model, hidden: jax.Array) -> jax.Array:
+    """hidden [S, T, E] -> float32 values [S, T] (zeros without a value head)."""
+    values = model.head_values(hidden)
+    return jnp.zeros(hidden.shape[:2]) if values is None else values
+
+
 def _copy_pages(kv: PagedKV, src, dst) -> PagedKV:
     """Copies pages src [n] -> dst [n] in every layer (dst == num_pages is a no-op)."""
     return PagedKV(k=kv.k.at[:, :, dst].set(kv.k[:, :, src], mode="drop"),
@@ -236,5 +270,5 @@ def _copy_pages(kv: PagedKV, src, dst) -> PagedKV:
 prefill_jit = jax.jit(_prefill, static_argnums=(0,), donate_argnums=(2,))
 decode_jit = jax.jit(_decode, static_argnums=(0,), donate_argnums=(2, 3),
                      static_argnames=("num_steps", "top_k", "use_filter", "attention_impl",
-                                      "top_logprobs"))
+                                      "top_logprobs", "speculative_tokens", "ngram"))
 copy_pages_jit = jax.jit(_copy_pages, donate_argnums=(0,))

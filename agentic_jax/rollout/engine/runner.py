@@ -4,7 +4,6 @@ for, built as fixed-shape numpy arrays for `paged_model`'s compiled programs."""
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import jax
@@ -17,21 +16,15 @@ from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.models import ModelConfig
 from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine.layer_arrays import choose_layer_arrays
 from agentic_jax.rollout.engine.paged_kv import PagedKV, init_paged_kv
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
+from agentic_jax.rollout.engine.speculative import context_window
 from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS, EngineConfig, SamplingParams
 from agentic_jax.utils.memory import release_host_memory
 
 log = logging.getLogger(__name__)
-
-# `choose_layer_arrays`: blocks below this size gain less from per-layer arrays than their
-# unrolled programs' longer compilations cost (decode steps of 16 rows on 2 CPU cores, stacked
-# against layer arrays: tiny-0.2m 0.90x, tiny-4m 1.08x for +5 s compiling a program,
-# SmolLM2-135M's 0.4 GB of blocks 1.10x) ...
-LAYER_ARRAYS_MIN_BYTES = 64 << 20
-# ... and their second copy must take at most this share of the memory available.
-LAYER_ARRAYS_MAX_SHARE = 1 / 8
 
 # The fewest stop-id columns of a decode call.
 STOP_COLUMNS = 4
@@ -86,6 +79,7 @@ class ModelRunner:
         self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
         self.prefill_chunk = cfg.prefill_chunk
+        self.speculative_tokens, self.ngram = cfg.speculative_tokens, cfg.speculative_ngram
         self.num_pages, self.max_pages = num_pages, max_pages
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.row_buckets = _row_buckets(cfg.num_slots)
@@ -192,17 +186,20 @@ class ModelRunner:
         allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
         temperature, top_p, use_filter = _row_sampling(running, n, sampling)
         wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
+        spec = self.speculative_tokens if allowed is None else 0   # none under a constraint
+        window = context_window([s.tokens for s in running], n) if spec else None
         out = pm.decode_jit(
             self.graphdef, self._weights, self.kv, slots, tables, self._pairs(running, n),
-            temperature, top_p, jnp.int32(return_after), allowed,
+            temperature, top_p, jnp.int32(return_after), allowed, window,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
             use_filter=use_filter, attention_impl=self.decode_impl,
-            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0)
+            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0, speculative_tokens=spec,
+            ngram=self.ngram)
         self.kv = out.kv
-        toks, lps, vals, count, stopped, steps, top_lps, top_ids = jax.device_get(
-            (out.tokens, out.logprobs, out.values, out.count, out.stopped, out.steps,
-             out.top_logprobs, out.top_ids))
-        return DecodeResult(toks, lps, vals, count, stopped, int(steps), n, top_lps, top_ids)
+        got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
+                              out.steps, out.top_logprobs, out.top_ids, out.drafted,
+                              out.accepted))
+        return DecodeResult(*got[:5], int(got[5]), n, *got[6:])
 
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
         """Compiles the decode program of every batch size and attention width, and the
@@ -215,7 +212,9 @@ class ModelRunner:
         the number of programs run."""
         self._wake()
         ps = self.page_size
-        pages = min(self.max_pages, -(-(max_context + self.decode_steps) // ps) + 1)
+        spec = self.speculative_tokens
+        pages = min(self.max_pages,
+                    -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
         _, _, use_filter = _row_sampling([], 1, sampling)
         for n in self.row_buckets:
@@ -231,8 +230,10 @@ class ModelRunner:
                     np.zeros((n, self.max_pages), np.int32), pairs,
                     np.full(n, sampling.temperature, np.float32),
                     np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
-                    num_steps=self.decode_steps, top_k=sampling.top_k, use_filter=use_filter,
-                    attention_impl=self.decode_impl, top_logprobs=0)  # as `decode` passes them
+                    context_window([], n) if spec else None, num_steps=self.decode_steps,
+                    top_k=sampling.top_k, use_filter=use_filter,
+                    attention_impl=self.decode_impl, top_logprobs=0,  # as `decode` passes them
+                    speculative_tokens=spec, ngram=self.ngram)
                 self.kv = out.kv
                 n_programs += 1
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
@@ -269,51 +270,6 @@ class ModelRunner:
             starts[at:at + k] = np.arange(k) * self.page_size
             at += k
         return PagePairs(rows, pages, starts)
-
-
-def _available_bytes() -> int | None:
-    """The host memory available to new allocations (``MemAvailable``), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def choose_layer_arrays(setting: bool | str, model_cfg: ModelConfig,
-                        available: int | None = None, backend: str | None = None
-                        ) -> tuple[bool, str]:
-    """`EngineConfig.layer_arrays` resolved for this model and host, and why.
-
-    "auto": on CPU, on when the blocks take at least `LAYER_ARRAYS_MIN_BYTES` and a second copy
-    of them at most `LAYER_ARRAYS_MAX_SHARE` of ``available`` bytes (default: the host's
-    ``MemAvailable``); off on GPU / TPU, where the programs always scan the stacked blocks."""
-    backend = backend or jax.default_backend()
-    if backend != "cpu":
-        return False, f"{backend}: the layers are always scanned"
-    if isinstance(setting, bool):
-        return setting, "set in the config"
-    blocks = model_cfg.num_params() - model_cfg.vocab_size * model_cfg.hidden_size * (
-        1 if model_cfg.tie_word_embeddings else 2)
-    size = blocks * np.dtype(model_cfg.weight_dtype).itemsize
-    mib = size / 2**20
-    if size < LAYER_ARRAYS_MIN_BYTES:
-        return False, (f"auto: blocks {mib:.0f} MiB, below {LAYER_ARRAYS_MIN_BYTES >> 20} MiB "
-                       f"where the copies cost more than the unrolled programs' compiling")
-    available = _available_bytes() if available is None else available
-    if available is None or size > LAYER_ARRAYS_MAX_SHARE * available:
-        left = "unknown" if available is None else f"{available / 2**30:.1f} GiB"
-        share = round(1 / LAYER_ARRAYS_MAX_SHARE)
-        return False, (f"auto: a second copy of the blocks ({mib:.0f} MiB) would take more "
-                       f"than 1/{share} of the memory available ({left})")
-    return True, (f"auto: blocks {mib:.0f} MiB, a second copy fits in "
-                  f"{available / 2**30:.1f} GiB available")
 
 
 def _row_sampling(running: list[Seq], rows_in_batch: int, default: SamplingParams

@@ -29,7 +29,8 @@ class DecodeResult(NamedTuple):
     stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
     padded to the batch size). top_logprobs float32 / top_ids int32 [rows, steps, K]: when a
     running request asks for top_logprobs, the K (>= what any asks) most likely tokens at each
-    step, most likely first; else None.
+    step, most likely first; else None. drafted / accepted int32 [rows]: with speculative
+    decoding, the drafts verified and those emitted (else None).
     """
 
     tokens: np.ndarray
@@ -41,6 +42,8 @@ class DecodeResult(NamedTuple):
     rows: int
     top_logprobs: np.ndarray | None = None
     top_ids: np.ndarray | None = None
+    drafted: np.ndarray | None = None
+    accepted: np.ndarray | None = None
 
 
 class Runner(Protocol):

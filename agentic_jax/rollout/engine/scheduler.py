@@ -187,7 +187,9 @@ class Scheduler(SlotTable):
     def _ensure_decode_pages(self) -> list[Seq]:
         """Pages for every running slot's next round trip, preempting the newest sequences when
         the pool runs short; returns the slots that will decode."""
-        ps, steps = self.cfg.page_size, self.cfg.decode_steps
+        # A speculative step emits up to speculative_tokens + 1 tokens a row.
+        ps = self.cfg.page_size
+        steps = self.cfg.decode_steps * (self.cfg.speculative_tokens + 1)
         for seq in sorted(self._running(), key=lambda s: s.order):
             while seq.state == RUNNING:
                 pages = self.pages.alloc(seq.pages_for(seq.length + min(steps, seq.budget), ps),
@@ -209,11 +211,15 @@ class Scheduler(SlotTable):
             return False
         t0 = time.perf_counter()
         out = self.runner.decode(running, stop_width=self._stop_width,
-                                 return_early=bool(self.waiting) or self.return_on_finish, sampling=self.cfg.sampling)
+                                 return_early=bool(self.waiting) or self.return_on_finish,
+                                 sampling=self.cfg.sampling)
         self.stats.decode_calls += 1
         self.stats.slot_steps += out.steps * self.cfg.num_slots
         self.stats.row_steps += out.steps * out.rows
         self.stats.token_steps += int(out.count.sum())
+        if out.drafted is not None:
+            self.stats.drafted_tokens += int(out.drafted.sum())
+            self.stats.accepted_tokens += int(out.accepted.sum())
         for i, seq in enumerate(running):
             seq.cache_epoch = -1      # decode-written K/V is not cached
             k = int(out.count[i])

@@ -75,7 +75,7 @@ class EngineConfig:
       `tools/bench_generate.py --model=smollm2-135m --real_workloads=profile`). It costs a
       second copy of the blocks while the engine holds weights and about 5x the compiled code
       of each program (SmolLM2-135M: 55 MB a decode program against 11). "auto" (the
-      default) decides from the model and the host (`runner.choose_layer_arrays`): on when
+      default) decides from the model and the host (`layer_arrays.choose_layer_arrays`): on when
       the blocks are large enough for the copies to outweigh the longer compilations and
       their second copy fits easily in the memory available; the choice is logged. Ignored on
       GPU / TPU.
@@ -85,6 +85,16 @@ class EngineConfig:
       update. Cached pages stay in the pool (counted in use) until it runs short; new weights
       drop them. On by default: a prompt prefilled from cached pages samples the same
       distribution, its K/V differing from a fresh prefill's only in float rounding.
+    speculative_tokens: k > 0 verifies up to k prompt-lookup drafts a row in each decode step
+      (`speculative`: the latest earlier occurrence of the row's last ``speculative_ngram``
+      tokens, else fewer, proposes the tokens that followed it) and emits 1..k+1 tokens; the
+      tokens, log-probs and values are those of plain decoding (greedy output identical, the
+      same distribution when sampling). Not under a code constraint. 0 (the default): off.
+      A step costs about what k + 1 plain steps cost where a step is compute-bound: on CPU
+      SmolLM2-135M's tool-using episodes ran 0.81x by wall time, 0.56x by CPU time, at k=4
+      (12% of drafts accepted), so it is off by default; it is meant for GPU, where a step is
+      memory-bound (docs/performance.md).
+    speculative_ngram: the longest context suffix the drafts are looked up by.
     """
 
     num_slots: int = 32
@@ -101,6 +111,8 @@ class EngineConfig:
     sampling: SamplingParams = SamplingParams()
     layer_arrays: bool | str = "auto"
     prefix_caching: bool = True
+    speculative_tokens: int = 0
+    speculative_ngram: int = 3
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
@@ -116,6 +128,9 @@ class EngineConfig:
         if not isinstance(self.prefix_caching, bool):
             raise ValueError(f"prefix_caching must be True or False, got "
                              f"{self.prefix_caching!r}")
+        if self.speculative_tokens < 0 or self.speculative_ngram <= 0:
+            raise ValueError(f"speculative_tokens must be >= 0 and speculative_ngram positive, "
+                             f"got {self.speculative_tokens}, {self.speculative_ngram}")
         if not (isinstance(self.layer_arrays, bool) or self.layer_arrays == "auto"):
             raise ValueError(f"layer_arrays must be True, False or 'auto', got "
                              f"{self.layer_arrays!r}")
@@ -200,7 +215,8 @@ class Event(NamedTuple):
 @dataclasses.dataclass
 class EngineStats:
     """Counters since the engine was built (or `Engine.reset_stats`). slot_utilisation =
-    token_steps / slot_steps (decode steps x num_slots); row_steps counts the rows computed."""
+    token_steps / slot_steps (decode steps x num_slots); row_steps counts the rows computed;
+    drafted / accepted_tokens: speculative drafts verified and emitted."""
 
     pool_pages: int
     page_bytes: int
@@ -217,6 +233,8 @@ class EngineStats:
     preemptions: int = 0
     prefix_hits: int = 0
     cached_tokens: int = 0  # context positions read from the prefix cache, not prefilled
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
 
@@ -224,10 +242,20 @@ class EngineStats:
     def slot_utilisation(self) -> float:
         return self.token_steps / self.slot_steps if self.slot_steps else 0.0
 
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted_tokens / drafted_tokens (0 with no drafts)."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
     def as_metrics(self) -> dict[str, float]:
         """The figures a training step logs (``engine_*``; wall-clock seconds as
-        ``time_engine_*``, with the other timings)."""
-        return {"engine_slot_utilisation": self.slot_utilisation,
+        ``time_engine_*``, with the other timings); the speculative ones once drafts ran."""
+        spec = {} if not self.drafted_tokens else {
+            "engine_spec_drafted": float(self.drafted_tokens),
+            "engine_spec_accepted": float(self.accepted_tokens),
+            "engine_spec_acceptance": self.acceptance_rate,
+            "engine_tokens_per_step": self.token_steps / max(self.row_steps, 1)}
+        return spec | {"engine_slot_utilisation": self.slot_utilisation,
                 "engine_pages_in_use_mean": self.pages_in_use_sum / max(self.steps, 1),
                 "engine_pages_peak": float(self.pages_peak),
                 "engine_pages_pool": float(self.pool_pages),
@@ -241,6 +269,7 @@ class EngineStats:
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in dataclasses.asdict(self).items()}
         out["slot_utilisation"] = self.slot_utilisation
+        out["acceptance_rate"] = self.acceptance_rate
         out["kv_peak_bytes"] = float(self.pages_peak * self.page_bytes)
         out["kv_pool_bytes"] = float(self.pool_pages * self.page_bytes)
         return out
