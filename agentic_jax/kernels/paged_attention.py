@@ -99,6 +99,18 @@ class PagePairs(NamedTuple):
     starts: jax.Array
 
 
+def _pair_pages(k_pages: jax.Array, v_pages: jax.Array, pairs: PagePairs,
+                layer: jax.Array | None, dtype) -> tuple[jax.Array, jax.Array]:
+    """Each listed pair's page of keys and values, [M, Hkv, ps, D] in ``dtype``, from one
+    layer's pages or (with ``layer``) read in place from every layer's."""
+    if layer is None:
+        keys = jnp.moveaxis(k_pages[:, pairs.pages], 0, 1)
+        values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
+    else:
+        keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
+    return from_bits(keys).astype(dtype), from_bits(values).astype(dtype)
+
+
 def ragged_decode_attention_xla(
     q: jax.Array,
     k_pages: jax.Array,
@@ -124,20 +136,14 @@ def ragged_decode_attention_xla(
     num_kv_heads, _, page_size, _ = k_pages.shape[-4:]
     group = num_heads // num_kv_heads
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
-    valid_pair = pairs.rows < batch
-    rows = jnp.minimum(pairs.rows, batch - 1)
+    valid_pair, rows = pairs.rows < batch, jnp.minimum(pairs.rows, batch - 1)
     # Each pair's query row, taken by a one-hot product rather than a gather: XLA fuses q's
     # producers (the projection's cast, RoPE) into a gather and runs them once per pair, not
     # per row (a sixth of a SmolLM2 decode step at six pages a row). The product is exact.
     pick = jax.nn.one_hot(rows, batch, dtype=q.dtype)                          # [M, B]
     q_pairs = jnp.einsum("mb,bkgd->mkgd", pick, q.reshape(batch, num_kv_heads, group, dim),
                          preferred_element_type=jnp.float32).astype(q.dtype)  # [M, Hkv, G, D]
-    if layer is None:
-        keys = jnp.moveaxis(k_pages[:, pairs.pages], 0, 1)                     # [M, Hkv, ps, D]
-        values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
-    else:
-        keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
-    keys, values = from_bits(keys).astype(q.dtype), from_bits(values).astype(q.dtype)
+    keys, values = _pair_pages(k_pages, v_pages, pairs, layer, q.dtype)     # [M, Hkv, ps, D]
     scores = jnp.einsum("mkgd,mksd->mkgs", q_pairs, keys,
                         preferred_element_type=jnp.float32) * sm_scale
     kv_pos = pairs.starts[:, None] + jnp.arange(page_size)                     # [M, ps]
@@ -172,18 +178,12 @@ def ragged_multi_query_attention_xla(
     num_kv_heads, _, page_size, _ = k_pages.shape[-4:]
     group = num_heads // num_kv_heads
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
-    valid_pair = pairs.rows < batch
-    rows = jnp.minimum(pairs.rows, batch - 1)
+    valid_pair, rows = pairs.rows < batch, jnp.minimum(pairs.rows, batch - 1)
     pick = jax.nn.one_hot(rows, batch, dtype=q.dtype)                          # [M, B]
     q_rows = q.reshape(batch, q_len, num_kv_heads, group, dim)
     q_pairs = jnp.einsum("mb,btkgd->mktgd", pick, q_rows,
                          preferred_element_type=jnp.float32).astype(q.dtype)
-    if layer is None:
-        keys = jnp.moveaxis(k_pages[:, pairs.pages], 0, 1)                     # [M, Hkv, ps, D]
-        values = jnp.moveaxis(v_pages[:, pairs.pages], 0, 1)
-    else:
-        keys, values = k_pages[layer, :, pairs.pages], v_pages[layer, :, pairs.pages]
-    keys, values = from_bits(keys).astype(q.dtype), from_bits(values).astype(q.dtype)
+    keys, values = _pair_pages(k_pages, v_pages, pairs, layer, q.dtype)     # [M, Hkv, ps, D]
     scores = jnp.einsum("mktgd,mksd->mktgs", q_pairs, keys,
                         preferred_element_type=jnp.float32) * sm_scale
     kv_pos = pairs.starts[:, None] + jnp.arange(page_size)                     # [M, ps]
