@@ -108,6 +108,10 @@ def _assign(node: ml_collections.ConfigDict, key: str, value: Any, path: str) ->
     current = node[key] if key in node else None
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # JSON writes 1.0 as 1
+    elif isinstance(current, str) and isinstance(value, bool):
+        # An on / off field that has since gained "auto" (rollout.layer_arrays): a run recorded
+        # before keeps what it ran with, in the words the field now reads.
+        value = str(value).lower()
     try:
         node[key] = value
     except TypeError as err:

@@ -181,6 +181,13 @@ def test_a_run_directory_remembers_its_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(record))
     assert rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path),
                               {}).model.auto_defaults is False
+    # An on / off field that has since gained "auto": a record of the bool it ran with reads
+    # as that setting, not as a type error.
+    for ran_with in (False, True):
+        record["config"]["rollout"]["layer_arrays"] = ran_with
+        (tmp_path / "config.json").write_text(json.dumps(record))
+        config = rundir.with_record(math_ppo.get_config("smoke"), str(tmp_path), {})
+        assert read_config(config).engine.layer_arrays is ran_with
 
 
 def test_no_record_and_no_config_is_an_error(tmp_path):
