@@ -1,14 +1,14 @@
 r"""Evaluates a run's newest checkpoint on a split, with tools and without, or on benchmarks.
 
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
-        [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
+        [--modes=tools] [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
         [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
 
 The run's own config (``DIR/config.json``) is used; ``--config.*`` flags override it. A
 ``--workdir`` without checkpoints and a ``--config`` evaluate the config's model as built (a
 pretrained model before training, e.g. ``--config=configs/math_ppo.py:smollm2-135m``). On a
-split, writes ``DIR/eval_<split>.json``: accuracy with and without tools, pass@k (with
+split, writes ``DIR/eval_<split>.json``: accuracy with and without tools (``--modes``), pass@k (with
 ``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage.
 With ``--benchmarks`` (local files in each benchmark's own layout), writes ``DIR/eval/``:
 ``<name>.json`` (avg@K, pass@1..K, maj@K with 95% intervals, per subject / level, usage),
@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 from absl import app, flags
@@ -38,6 +38,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A config file (default: the run's recorded config.json).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run directory (with checkpoints/).")
 _SPLIT = flags.DEFINE_enum("split", "test", ["train", "test"], "Which problems to evaluate.")
+_MODES = flags.DEFINE_multi_enum(
+    "modes", ["tools", "direct"], ["tools", "direct"],
+    "On a split: evaluate with the tool loop (tools), without it (direct), or both.")
 _NUM_SAMPLES = flags.DEFINE_integer(
     "num_samples", None, "Samples per problem (pass@k when > 1; default 1 on a split, "
     "eval.num_samples on benchmarks).")
@@ -106,9 +109,10 @@ def _with_problems(policy, load):
 
 def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
                         limit: int = 0, overrides: Mapping[str, Any] | None = None,
-                        constrain_code: bool = False) -> dict:
-    """Loads the newest checkpoint of ``workdir`` and evaluates it on ``split``; returns the
-    results.
+                        constrain_code: bool = False,
+                        modes: Sequence[str] = ("tools", "direct")) -> dict:
+    """Loads the newest checkpoint of ``workdir`` and evaluates it on ``split`` in each of
+    ``modes`` ("tools": with the tool loop, "direct": without); returns the results.
 
     ``config`` may be None (the run's recorded config is used; ``overrides`` apply on top).
     Builds only the policy (no optimizer, no training state), reads only its parameters and
@@ -124,12 +128,15 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
         problems = loaded.test if split == "test" else loaded.train
         return Problems([], problems[:limit] if limit else problems, loaded.stages, {})
 
+    modes = tuple(dict.fromkeys(modes))
+    if not modes or set(modes) - {"tools", "direct"}:
+        raise UserError(f"--modes: expected tools and / or direct, got {list(modes)}")
     policy = _with_problems(_open_policy(config, workdir, overrides, constrain_code), load)
     step, problems = policy.step or 0, policy.problems.test
     try:
         settings = eval_config(policy, num_samples)
         results: dict[str, Any] = {"step": step, "split": split, "timing": {}}
-        for mode in ("tools", "direct"):
+        for mode in modes:
             began, cpu = time.perf_counter(), time.process_time()
             results[mode] = evaluate(policy, problems, tools=mode == "tools", cfg=settings)
             results["timing"][mode] = _timing(results[mode], settings.num_samples,
@@ -195,7 +202,8 @@ def main(argv: list[str]) -> int:
             results = evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value,
                                           num_samples=_NUM_SAMPLES.value or 1,
                                           limit=_LIMIT.value, overrides=overrides,
-                                          constrain_code=_CONSTRAIN.value)
+                                          constrain_code=_CONSTRAIN.value,
+                                          modes=_MODES.value)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -203,7 +211,7 @@ def main(argv: list[str]) -> int:
         print(markdown_table(results), end="")
         print(f"files: {os.path.join(_WORKDIR.value, 'eval')}")
         return 0
-    for mode in ("tools", "direct"):
+    for mode in results["timing"]:
         r = results[mode]
         t = results["timing"][mode]
         print(f"{mode}: accuracy {r['accuracy']:.3f}, code-use {r['code_use_rate']:.3f}, "

@@ -244,6 +244,20 @@ def test_evaluate_a_config_before_any_training(full_run, tmp_path):
         evaluate_checkpoint(None, str(tmp_path / "empty"))
 
 
+def test_evaluate_one_mode_scores_what_both_do(full_run):
+    """``--modes=tools`` runs only the tool loop, and scores it exactly as the run's own final
+    evaluation did; an unknown mode is a clear error."""
+    from agentic_jax.errors import UserError
+    from agentic_jax.evaluate import evaluate_checkpoint
+
+    workdir, summary = full_run
+    results = evaluate_checkpoint(None, workdir, modes=["tools"])
+    assert "direct" not in results and list(results["timing"]) == ["tools"]
+    assert results["tools"] == summary["final"]["tools"]
+    with pytest.raises(UserError, match="--modes: expected tools and / or direct"):
+        evaluate_checkpoint(None, workdir, modes=["both"])
+
+
 @pytest.mark.slow  # tests/train/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
     import agentic_jax.training.rollouts as rollouts_lib
