@@ -216,12 +216,8 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
                                    st.live[:, None], kv, block_tables,
                                    decode_impl=attention_impl, pairs=use_pairs,
                                    layers=weights.layers)
-        if head is None:
-            logits = model.head_logits(hidden)[:, 0]
-        else:
-            logits = dense(hidden[:, 0], from_bits(head), preferred_element_type=jnp.float32)
-        values = model.head_values(hidden)
-        values = jnp.zeros((num_slots,)) if values is None else values[:, 0]
+        logits = _head_logits(model, head, hidden)[:, 0]
+        values = _head_values(model, hidden)[:, 0]
         keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)
         tok, lp = sample_tokens(logits, keys, temperature=temperature, top_k=top_k,
                                 top_p=top_p, use_filter=use_filter, allowed=allowed)
