@@ -102,6 +102,10 @@ def _default() -> ml_collections.ConfigDict:
     # apart by segment ids, instead of one padded episode a row (rl.aggregation=sequence_mean or
     # sequence_sum needs False).
     c.training.pack_sequences = True
+    # PPO's old log-probs: auto takes them from the update's own forward when one optimizer step
+    # consumes the batch and nothing needs them first (one forward pass less); true always runs
+    # a pass of their own before the update.
+    c.training.recompute_old_logprobs = "auto"
     c.training.max_skipped_updates = 5  # consecutive non-finite updates before stopping
     c.training.offload_optimizer = False  # optimizer state in pinned host memory (ZeRO-3 offload)
 

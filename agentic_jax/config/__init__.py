@@ -10,6 +10,7 @@ from agentic_jax.config.run_config import (
     read_config,
     read_group,
     resolve_off_policy,
+    resolve_old_logprobs,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "read_config",
     "read_group",
     "resolve_off_policy",
+    "resolve_old_logprobs",
 ]

@@ -58,6 +58,10 @@ class TrainingConfig:
     # Update minibatches packed into rows of max_length tokens (several episodes a row, apart
     # by segment ids) instead of one right-padded episode a row.
     pack_sequences: bool = False
+    # Old log-probs by a forward pass of their own before the update (True), from the update's
+    # own forward (False: exact only for one optimizer step a batch), or "auto" (the second
+    # where it is exact; `agentic_jax.config.resolve_old_logprobs`).
+    recompute_old_logprobs: bool | str = "auto"
 
     def __post_init__(self):
         _positive(self, "batch_size", "total_steps", "max_length", "ppo_epochs", "minibatches",

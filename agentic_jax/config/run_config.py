@@ -165,7 +165,10 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
 
     model = read_group(ModelSpec, config.model, "model", path=_checkpoint_dir(config.model))
     rl = read_group(RLConfig, config.rl, "rl")
-    training = read_group(TrainingConfig, config.training, "training")
+    training = read_group(TrainingConfig, config.training, "training",
+                          recompute_old_logprobs=_on_off_auto(
+                              config.training.get("recompute_old_logprobs", "auto"),
+                              "training.recompute_old_logprobs"))
     r, ro = config.rl, config.rollout
     sampling = read_group(SamplingParams, ro, "rollout")
     staleness = read_group(StalenessConfig, ro, "rollout")
@@ -207,6 +210,46 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         logging=read_group(LoggingConfig, config.logging, "logging"),
         eval=read_group(BenchmarkEvalConfig, config.get("eval"), "eval"),
     )
+
+
+class OldLogprobsChoice(NamedTuple):
+    """What ``training.recompute_old_logprobs`` comes to: ``recompute`` (a forward pass of
+    their own before the update) and ``line``, the choice in words."""
+
+    recompute: bool
+    line: str
+
+
+def resolve_old_logprobs(cfg: RunConfig) -> OldLogprobsChoice:
+    """The proximal policy's log-probs (PPO's pi_old) are those of the weights before the
+    update. When one optimizer step consumes the whole batch (``training.ppo_epochs`` = 1,
+    ``minibatches`` = 1) with no critic, those are the weights the step's own forward runs
+    with, so that forward (without gradient) gives them and a separate pass before it is
+    redundant: the update is the same up to float rounding (the ratio is exactly 1 instead of
+    1 +- 1e-7), one forward of the batch cheaper. TRL's GRPOTrainer does the same with one
+    iteration a generation. `ExperienceConfig.needs_old_logprobs` says what else needs them
+    first (GAE, importance weights, KL in the reward). "auto" skips the pass where it is
+    redundant; False asks for that and is refused where it is not."""
+    from agentic_jax.rl.experience import ExperienceConfig
+
+    t, setting = cfg.training, cfg.training.recompute_old_logprobs
+    if setting is True:
+        return OldLogprobsChoice(True, "")
+    why = ExperienceConfig(estimator=cfg.rl.estimator, kl_coef=cfg.rl.kl_coef,
+                           kl_in_reward=cfg.rl.kl_in_reward,
+                           off_policy=cfg.off_policy).needs_old_logprobs()
+    if t.ppo_epochs != 1 or t.minibatches != 1:
+        why = (f"training.ppo_epochs={t.ppo_epochs} x minibatches={t.minibatches} optimizer "
+               "steps use them after the first")
+    elif cfg.model.value_head:
+        why = "the critic's old values come from the same pass"
+    if setting is False and why:
+        _raise(f"training.recompute_old_logprobs: expected true or auto here ({why}), got "
+               "false")
+    if why:
+        return OldLogprobsChoice(True, "")
+    return OldLogprobsChoice(False, "old log-probs: from the update's own forward (one "
+                             "optimizer step a batch, no critic); no pass of their own")
 
 
 class OffPolicyChoice(NamedTuple):

@@ -15,7 +15,7 @@ from agentic_jax.parallel.distributed import gather_rows, host_max, put_rows
 from agentic_jax.rl import advantages as adv_lib
 from agentic_jax.rl import filters as filter_lib
 from agentic_jax.rl import off_policy
-from agentic_jax.rl.forward import compute_logprobs
+from agentic_jax.rl.forward import compute_logprobs, scored_columns
 from agentic_jax.rl.kl import kl_estimate
 from agentic_jax.rl.step import TrainBatch
 from agentic_jax.rollout import RolloutBatch
@@ -30,7 +30,9 @@ class ExperienceConfig:
     term). row_multiple: kept rows are padded to a multiple of it (data shards x micro-batches
     x minibatches). length_multiple: the batch is cut to its longest episode rounded up to this
     many tokens (0 keeps training.max_length columns). off_policy: the importance weights of the
-    sampler's tokens (`off_policy`)."""
+    sampler's tokens (`off_policy`). recompute_old_logprobs: False leaves the batch's
+    old_logprobs None, to be taken from the update's own forward; `single_update_exact` says
+    when that gives the same update."""
 
     estimator: str = "gae"
     advantage: adv_lib.AdvantageConfig = adv_lib.AdvantageConfig()
@@ -42,6 +44,24 @@ class ExperienceConfig:
     length_multiple: int = 32
     compute_dtype: str | None = None
     off_policy: off_policy.OffPolicyConfig = off_policy.OffPolicyConfig()
+    recompute_old_logprobs: bool = True
+
+    def __post_init__(self):
+        if not self.recompute_old_logprobs:
+            why = self.needs_old_logprobs()
+            if why:
+                raise ValueError(f"recompute_old_logprobs=False: {why}")
+
+    def needs_old_logprobs(self) -> str:
+        """Why the batch needs the old log-probs before the update, in words ("" if it does
+        not, given one optimizer step on it and no critic)."""
+        if self.estimator == "gae":
+            return "GAE's advantages need the critic's values, from the same forward"
+        if self.off_policy.enabled:
+            return "the importance weights compare them with the sampler's"
+        if self.kl_coef > 0 and self.kl_in_reward:
+            return "the KL in the reward is taken from them"
+        return ""
 
 
 def make_train_batch(rollout: RolloutBatch, cfg: ExperienceConfig,
@@ -67,7 +87,9 @@ def make_experience(
     Old log-probs and values are recomputed by the trainer's own forward pass (so the PPO ratio
     starts at exactly 1); the sampler's log-probs ride along to measure the mismatch
     (mismatch_kl, mismatch_max_abs) and, with ``cfg.off_policy``, weigh the tokens
-    (is_weights; is_weight_mean / max, is_clipped_frac, is_masked_frac).
+    (is_weights; is_weight_mean / max, is_clipped_frac, is_masked_frac). Without
+    ``cfg.recompute_old_logprobs`` that pass is skipped (old_logprobs and old_values None, no
+    critic): the update's one forward gives them, and the mismatch, itself.
     """
     selected, stats = _select_rows(rollout, cfg)
     if selected is None:
@@ -77,15 +99,17 @@ def make_experience(
     def put(x):
         return jnp.asarray(x) if batch_sharding is None else put_rows(x, batch_sharding)
 
-    tokens, positions = put(rows.tokens), put(rows.positions)
+    tokens, positions, mask = put(rows.tokens), put(rows.positions), put(loss_mask)
+    scored = scored_columns(mask, batch_sharding)  # the LM head runs on these columns only
     mesh = getattr(batch_sharding, "mesh", None)
-    old_logprobs, values, _ = compute_logprobs(graphdef, state, tokens, positions,
-                                               compute_dtype=cfg.compute_dtype, mesh=mesh)
+    score = functools.partial(compute_logprobs, graphdef, tokens=tokens, positions=positions,
+                              compute_dtype=cfg.compute_dtype, mesh=mesh, scored=scored)
+    old_logprobs = values = None
+    if cfg.recompute_old_logprobs:
+        old_logprobs, values, _ = score(state)
     ref_logprobs = None
     if ref_state is not None and cfg.kl_coef > 0:
-        ref_logprobs, _, _ = compute_logprobs(graphdef, ref_state, tokens, positions,
-                                              compute_dtype=cfg.compute_dtype, mesh=mesh)
-    mask = put(loss_mask)
+        ref_logprobs, _, _ = score(ref_state)
     token_rewards = None
     if ref_logprobs is not None and cfg.kl_in_reward:
         kl = kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator)
@@ -95,13 +119,15 @@ def make_experience(
         put(rows.rewards), mask, cfg.advantage, values=values,
         group_ids=put(group_ids), token_rewards=token_rewards)
     sampler_logprobs = put(rows.sampler_logprobs)
-    corrected = _off_policy_terms(old_logprobs, sampler_logprobs, mask, cfg.off_policy)
+    corrected = (None, {})
+    if old_logprobs is not None:
+        corrected = _off_policy_terms(old_logprobs, sampler_logprobs, mask, cfg.off_policy)
     stats.update({k: float(v) for k, v in jax.device_get(corrected[1]).items()})
     batch = TrainBatch(
         tokens=tokens, positions=positions, loss_mask=mask, old_logprobs=old_logprobs,
         advantages=advantages, returns=returns, old_values=values,
         ref_logprobs=None if cfg.kl_in_reward else ref_logprobs,
-        sampler_logprobs=sampler_logprobs, is_weights=corrected[0])
+        sampler_logprobs=sampler_logprobs, is_weights=corrected[0], scored=scored)
     return batch, stats, np.asarray(gather_rows(rows.lengths.astype(np.int32)))
 
 
@@ -180,7 +206,10 @@ def minibatches(batch: TrainBatch, num: int, rng: np.random.Generator,
             yield take(batch, rows)
             continue
         plan = pack_plan(lengths[rows], pack_width, row_multiple)
-        yield _packer(batch_sharding)(batch, rows[plan.rows], plan.cols, plan.segment_ids)
+        packed = _packer(batch_sharding)(batch, rows[plan.rows], plan.cols, plan.segment_ids)
+        if batch.scored is not None:  # the packed rows' own
+            packed = packed.replace(scored=scored_columns(packed.loss_mask, batch_sharding))
+        yield packed
 
 
 class PackPlan(NamedTuple):
@@ -245,6 +274,7 @@ def pack_rows(batch: TrainBatch, rows: Array, cols: Array, segment_ids: Array) -
             return None
         return x[rows, cols]
 
-    packed = jax.tree.map(gather, batch)
+    # The scored columns are the unpacked rows' (`minibatches` finds the packed rows' own).
+    packed = jax.tree.map(gather, batch.replace(scored=None))
     return packed.replace(loss_mask=jnp.where(real, packed.loss_mask, 0.0),
                           segment_ids=segment_ids)

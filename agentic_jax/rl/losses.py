@@ -174,7 +174,7 @@ def loss_terms(
     cfg: LossConfig,
     loss_mask: Array,
     logprobs: Array,
-    old_logprobs: Array,
+    old_logprobs: Array | None,
     advantages: Array,
     entropy: Array,
     *,
@@ -192,12 +192,21 @@ def loss_terms(
     KL(pi_old || pi), clip_frac, logprob_mismatch = mean |logp - logp_sampler| (sampler_logprobs,
     else old_logprobs). Terms of micro-batches pool exactly by adding sums and denominators.
     is_weights (off-policy importance weights, no gradient) scale the policy loss per token.
+
+    old_logprobs None: the proximal policy is the one being optimised, before its one
+    optimizer step on this batch, so its log-probs are this forward's own (without gradient;
+    the ratio is exactly 1). The sampler-trainer gap then comes from this forward too:
+    mismatch_kl (mean k3 of KL(mu || pi), `off_policy.mismatch_metrics`) with sampler_logprobs.
     """
-    chex.assert_equal_shape([loss_mask, logprobs, old_logprobs, advantages, entropy])
+    chex.assert_equal_shape([x for x in (loss_mask, logprobs, old_logprobs, advantages,
+                                         entropy) if x is not None])
     # Neutral values off the mask: a where() after the fact would still send inf * 0 = NaN
     # gradients back from e.g. exp(ref - logp) on a tool-output token with a junk reference.
     on = loss_mask > 0
     current = jax.lax.stop_gradient(logprobs)
+    proximal_is_current = old_logprobs is None
+    if proximal_is_current:
+        old_logprobs = current
 
     def off_mask(x: Array | None, neutral: Array | float) -> Array | None:
         return None if x is None else jnp.where(on, x, neutral)
@@ -228,6 +237,9 @@ def loss_terms(
         "clip_frac": as_metric(policy.clipped),
         "logprob_mismatch": as_metric(jnp.abs(jax.lax.stop_gradient(logprobs) - sampled)),
     }
+    if proximal_is_current and sampler_logprobs is not None:
+        # KL(mu || pi) at mu's tokens: mu is the sampler, pi the trainer.
+        terms["mismatch_kl"] = as_metric(kl_estimate(sampler_logprobs, current, "k3"))
     if values is not None:
         if returns is None:
             raise ValueError("loss_terms: values given without returns")

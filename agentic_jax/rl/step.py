@@ -39,10 +39,12 @@ class TrainBatch:
 
     tokens int32: prompt + response, right padded. positions int32. loss_mask f32: 1 on
     model-generated tokens only. old_logprobs f32: logp_old(tokens[:, t] | tokens[:, :t]) (index
-    0 unused). advantages, returns f32. Optional: old_values f32 (clipped value loss),
+    0 unused), or None when this step is the batch's only optimizer step: the step's own
+    forward, without gradient, is then the proximal policy (`losses.loss_terms`). advantages, returns f32. Optional: old_values f32 (clipped value loss),
     ref_logprobs f32 (KL to the reference), sampler_logprobs f32 (logprob_mismatch; defaults to
     old_logprobs), segment_ids int32 (packed rows), is_weights f32 (off-policy importance
-    weights of the policy loss, `agentic_jax.rl.off_policy`; None: 1).
+    weights of the policy loss, `agentic_jax.rl.off_policy`; None: 1), scored int32 [B, N]
+    (the columns the LM head scores, `forward.scored_columns` of loss_mask; None: all).
     """
 
     tokens: Array
@@ -56,6 +58,7 @@ class TrainBatch:
     sampler_logprobs: Array | None = None
     segment_ids: Array | None = None
     is_weights: Array | None = None
+    scored: Array | None = None
 
 
 def as_train_batch(batch: TrainBatch | dict[str, Array]) -> TrainBatch:
@@ -79,7 +82,7 @@ def _micro_loss(graphdef, rest, cfg: losses.LossConfig, compute_dtype, loss_deno
     def loss_fn(params, mb: TrainBatch):
         model = nnx.merge(graphdef, cast_floats(params, compute_dtype), rest)
         logprobs, values, entropy = policy_outputs(
-            model, mb.tokens, mb.positions, mb.segment_ids, cfg.temperature
+            model, mb.tokens, mb.positions, mb.segment_ids, cfg.temperature, mb.scored
         )
         terms = losses.loss_terms(
             cfg,
@@ -102,13 +105,20 @@ def _micro_loss(graphdef, rest, cfg: losses.LossConfig, compute_dtype, loss_deno
                 jax.lax.stop_gradient(values), mb.returns, mb.loss_mask
             )
         )
-        return losses.objective(terms, cfg, loss_denom), (terms, ev)
+        peaks = {}
+        if mb.old_logprobs is None and mb.sampler_logprobs is not None:
+            # The sampler-trainer gap's maximum (off_policy.mismatch_metrics), from this forward.
+            gap = jax.lax.stop_gradient(logprobs) - mb.sampler_logprobs
+            peaks["mismatch_max_abs"] = jnp.where(mb.loss_mask > 0, jnp.abs(gap), 0.0).max(
+                initial=0.0)
+        return losses.objective(terms, cfg, loss_denom), (terms, ev, peaks)
 
     return loss_fn
 
 
 def _accumulate(loss_fn, params, batch: TrainBatch, micro_batches: int, mesh: Mesh | None):
-    """Sum over micro-batches (lax.scan) of (objective, grads, terms, ev_stats).
+    """Sum over micro-batches (lax.scan) of (objective, grads, terms, ev_stats), and the
+    maximum of peaks (non-negative).
 
     Every micro-objective is divided by the full batch's denominators, so the sums are exactly
     the full batch's objective and gradient.
@@ -129,7 +139,12 @@ def _accumulate(loss_fn, params, batch: TrainBatch, micro_batches: int, mesh: Me
     zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first))
 
     def body(carry, mb):
-        return jax.tree.map(jnp.add, carry, grad_fn(params, mb)), None
+        ((loss, (terms, ev, peaks)), grads), new = carry, grad_fn(params, mb)
+        ((m_loss, (m_terms, m_ev, m_peaks)), m_grads) = new
+        add = functools.partial(jax.tree.map, jnp.add)
+        return ((loss + m_loss, (add(terms, m_terms), add(ev, m_ev),
+                                 jax.tree.map(jnp.maximum, peaks, m_peaks))),
+                add(grads, m_grads)), None
 
     ((loss, aux), grads), _ = jax.lax.scan(body, zeros, chunks)
     return loss, grads, aux
@@ -169,7 +184,8 @@ def make_train_step(
       parameters' own dtype.
     Metrics (float32 scalars): loss, policy_loss, entropy, approx_kl, clip_frac,
     logprob_mismatch, grad_norm, skipped, tokens; lr with a `make_optimizer` optimizer;
-    value_loss and explained_variance with a value head; kl_ref with ref_logprobs in the batch.
+    value_loss and explained_variance with a value head; kl_ref with ref_logprobs in the batch;
+    mismatch_kl and mismatch_max_abs when the batch has sampler_logprobs and no old_logprobs.
     """
     if micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
@@ -204,11 +220,15 @@ def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array
             f"{micro_batches} * {data_shards}"
         )
     chex.assert_equal_shape([batch.tokens, batch.loss_mask, batch.advantages])
+    if batch.old_logprobs is None and batch.is_weights is not None:
+        raise ValueError("train batch: importance weights need the proximal policy's "
+                         "old_logprobs (None means this update's own forward)")
     params, rest = params_and_rest(state)
     loss_denom = aggregation_denominator(batch.loss_mask, loss_config.aggregation)
     loss_fn = _micro_loss(graphdef, rest, loss_config, compute_dtype, loss_denom)
     with context_mesh(mesh):
-        loss, grads, (terms, ev) = _accumulate(loss_fn, params, batch, micro_batches, mesh)
+        loss, grads, (terms, ev, peaks) = _accumulate(loss_fn, params, batch, micro_batches,
+                                                      mesh)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     if opt_on_device is not None:  # offloaded: host -> device for the update, and back
@@ -218,6 +238,7 @@ def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array
     metrics = {name: term.mean() for name, term in terms.items()}
     if ev:
         metrics["explained_variance"] = losses.explained_variance_from_stats(ev)
+    metrics.update(peaks)
     metrics.update(loss=loss, grad_norm=grad_norm, skipped=~finite, tokens=batch.loss_mask.sum())
     lr = current_lr(opt_state)
     if lr is not None:

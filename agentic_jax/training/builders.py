@@ -20,7 +20,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
-from agentic_jax.config import ConfigError, RunConfig
+from agentic_jax.config import ConfigError, RunConfig, resolve_old_logprobs
 from agentic_jax.data import Problem
 from agentic_jax.data.scheduler import CurriculumScheduler, SchedulerConfig
 from agentic_jax.episodes.policy import Policy, build_policy
@@ -85,7 +85,8 @@ def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:
             kl_coef=cfg.rl.kl_coef, kl_estimator=cfg.rl.kl_estimator,
             kl_in_reward=cfg.rl.kl_in_reward, row_multiple=row_multiple // processes,
             length_multiple=t.length_bucket, compute_dtype=cfg.model.compute_dtype,
-            off_policy=cfg.off_policy),
+            off_policy=cfg.off_policy,
+            recompute_old_logprobs=resolve_old_logprobs(cfg).recompute),
         batch_sharding=batch_sharding(mesh, 2), row_multiple=row_multiple,
         local_row_multiple=row_multiple // processes,
         scheduler=_scheduler(cfg, policy_.problems.train),

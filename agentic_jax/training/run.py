@@ -30,7 +30,7 @@ import numpy as np
 import ml_collections
 from tqdm.auto import tqdm
 
-from agentic_jax.config import read_config, resolve_off_policy
+from agentic_jax.config import read_config, resolve_off_policy, resolve_old_logprobs
 from agentic_jax.episodes import rundir
 from agentic_jax.episodes.metrics import episode_summary
 from agentic_jax.episodes.policy import Policy
@@ -67,27 +67,29 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, evaluators: Evalua
     rundir.check_same_model(config, workdir)
     off_policy = resolve_off_policy(config.rl, cfg.rl, cfg.staleness, cfg.model,
                                     cfg.engine.dtype)
+    old_logprobs = resolve_old_logprobs(cfg)  # a refused setting stops here, before any write
     # Held before the run is built: a second run on the directory stops here, in seconds.
     lock = WorkdirLock(workdir).acquire() if is_main_process() else None
     if lock is not None and lock.taken_over:
         say(f"took over {lock.path} from a run no longer running: {describe(lock.taken_over)}")
     try:
-        return _train(config, cfg, workdir, off_policy, began, progress, evaluators)
+        return _train(config, cfg, workdir, off_policy, old_logprobs.line, began, progress,
+                      evaluators)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _train(config: ml_collections.ConfigDict, cfg: Any, workdir: str, off_policy: Any,
-           began: float, progress: bool, evaluators: Evaluators) -> dict:
+           old_logprobs: str, began: float, progress: bool, evaluators: Evaluators) -> dict:
     run, state = build_run(cfg)
     checkpointer = None
     try:
         from agentic_jax.models.pretrained import model_summary
 
         say(model_summary(run.policy.model_cfg, cfg.model.path or None))
-        if off_policy.line:
-            say(off_policy.line)
+        for line in filter(None, (off_policy.line, old_logprobs)):  # what "auto" came to
+            say(line)
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
         needed_mb = update_memory_mb(state.params)
         say(f"update memory: weights + gradients + AdamW moments of what trains = "

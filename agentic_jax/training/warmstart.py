@@ -69,6 +69,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
     from tqdm.auto import tqdm
 
     from agentic_jax.parallel import process_slice, put_rows
+    from agentic_jax.rl.forward import scored_columns
     from agentic_jax.rl.losses import LossConfig
     from agentic_jax.rl.optim import make_optimizer
     from agentic_jax.rl.shardings import init_opt_state, train_shardings
@@ -118,6 +119,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
         length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), _LENGTH_BUCKET))
         batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
                          run.batch_sharding)
+        batch["scored"] = scored_columns(batch["loss_mask"], run.batch_sharding)
         params, opt_state, m = step_fn(params, opt_state, batch)
         tokens += length * len(rows)
         if on_step is not None:

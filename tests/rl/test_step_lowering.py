@@ -34,8 +34,10 @@ def _batch(sharding):
     def field(dtype):
         return jax.ShapeDtypeStruct((B, T), dtype, sharding=sharding)
 
+    # The LM head on 48 scored columns of each row (`forward.scored_columns`).
+    scored = jax.ShapeDtypeStruct((B, 48), jnp.int32, sharding=sharding)
     return dict(tokens=field(jnp.int32), positions=field(jnp.int32), segment_ids=field(jnp.int32),
-                **{name: field(jnp.float32) for name in (
+                scored=scored, **{name: field(jnp.float32) for name in (
                     "loss_mask", "old_logprobs", "advantages", "returns", "old_values",
                     "ref_logprobs")})
 
@@ -43,7 +45,8 @@ def _batch(sharding):
 @pytest.mark.parametrize("backend, platform, custom_call", ACCELERATORS)
 def test_sharded_train_step_lowers(backend, platform, custom_call):
     """data x fsdp x tensor = 2 x 2 x 2, two micro-batches, bfloat16 compute over float32
-    weights, packed rows (segment ids), a value head and a KL term."""
+    weights, packed rows (segment ids), the LM head on scored columns, a value head and a KL
+    term."""
     mesh = make_mesh(2, 2, 2)
     graphdef, optimizer, shardings, state, opt_state = _setup(mesh)
     with traced_for(backend):

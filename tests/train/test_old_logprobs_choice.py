@@ -1,0 +1,74 @@
+"""`training.recompute_old_logprobs`: "auto" takes PPO's old log-probs from the update's own
+forward only where one optimizer step consumes the batch and nothing needs them first; False is
+refused elsewhere, before anything is written; a training run with either gives the same steps."""
+
+import json
+import os
+
+import pytest
+from train_testing import tiny_config
+
+from agentic_jax.config import ConfigError, read_config, resolve_old_logprobs
+
+GRPO_ONE_UPDATE = {"rl.algorithm": "grpo", "model.value_head": False,
+                   "training.ppo_epochs": 1, "training.minibatches": 1}
+
+
+def _choice(**overrides):
+    return resolve_old_logprobs(read_config(tiny_config(**{**GRPO_ONE_UPDATE, **overrides})))
+
+
+def test_auto_skips_the_pass_only_where_it_is_exact():
+    chosen = _choice()
+    assert not chosen.recompute and "update's own forward" in chosen.line
+    for extra in ({"training.ppo_epochs": 2}, {"training.minibatches": 2},
+                  {"rl.is_level": "token"}, {"rl.kl_coef": 0.1, "rl.kl_in_reward": True},
+                  {"training.recompute_old_logprobs": "true"},
+                  # PPO's critic: GAE needs the values of the same pass.
+                  {"rl.algorithm": "ppo", "model.value_head": True}):
+        chosen = _choice(**extra)
+        assert chosen.recompute and chosen.line == "", extra
+    # A KL loss term works from the update's forward (the reference pass stays).
+    assert not _choice(**{"rl.kl_coef": 0.1}).recompute
+
+
+def test_false_is_refused_where_it_is_not_exact():
+    assert not _choice(**{"training.recompute_old_logprobs": "false"}).recompute
+    with pytest.raises(ConfigError, match=r"training.recompute_old_logprobs: .*ppo_epochs=2"):
+        _choice(**{"training.ppo_epochs": 2, "training.recompute_old_logprobs": "false"})
+    with pytest.raises(ConfigError, match=r"training.recompute_old_logprobs: .*importance"):
+        _choice(**{"rl.is_level": "token", "training.recompute_old_logprobs": "false"})
+    with pytest.raises(ConfigError, match="training.recompute_old_logprobs: expected auto"):
+        _choice(**{"training.recompute_old_logprobs": "sometimes"})
+
+
+def _metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_run_with_either_gives_the_same_steps(tmp_path):
+    """Three GRPO steps of the tiny model: the same tokens sampled, rewards, losses and gradient
+    norms (up to float rounding) with the pass of their own and without it."""
+    from train_testing import train
+
+    runs = {}
+    for setting in ("true", "auto"):
+        workdir = str(tmp_path / setting)
+        # A short warm start, after which some episodes give an answer and the others the
+        # format penalty: rewards differ within groups, so the gradient is not 0.
+        train(tiny_config(**GRPO_ONE_UPDATE, **{
+            "training.total_steps": 3, "training.batch_size": 4, "rl.group_size": 4,
+            "warmstart.enabled": True, "warmstart.steps": 8, "warmstart.batch_size": 8,
+            "warmstart.lr": 3e-2, "warmstart.shipped": False, "rl.format_penalty": 0.5,
+            "training.recompute_old_logprobs": setting}), workdir, progress=False)
+        runs[setting] = _metrics(workdir)
+    assert [r["step"] for r in runs["auto"]] == [1, 2, 3]
+    for own, recomputed in zip(runs["auto"], runs["true"]):
+        assert own["grad_norm"] > 0
+        for key in ("tokens", "reward", "response_length", "num_episodes"):
+            assert own[key] == recomputed[key], key
+        for key in ("loss", "policy_loss", "grad_norm", "entropy", "mismatch_kl",
+                    "mismatch_max_abs", "logprob_mismatch"):
+            assert own[key] == pytest.approx(recomputed[key], rel=1e-3, abs=1e-6), key
+        assert own["approx_kl"] == 0.0
