@@ -33,7 +33,8 @@ figures are the median of its steps after the first (compilation, warm-up).
     `models.pretrained.pretrained_defaults`) and every episode capped at its prompt + N
     tokens. The held-out evaluations are left out (the loop's `Evaluators` are stubs). A step
     is `rl_step`; its rollout is `collect` (the engine's rollout and grading), its update the
-    rest (old log-probs, the compiled update, publishing the weights to the engine). The
+    rest (the compiled update, publishing the weights to the engine; the old log-probs come
+    from the update's own forward, `training.recompute_old_logprobs=auto`). The
     loop's own per-step metrics (time_rollout_s, time_update_s) are printed beside.
 
 Ours draws its problems from its curriculum scheduler (seeded); TRL is given the same problems
@@ -252,10 +253,11 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
         lines.append(f"  {r.name}: {floor / 1e12:.2f} TFLOP = {floor_s:.2f} s; its update "
                      f"{upd:.2f} s is {upd / floor_s:.2f}x the floor ({upd / floor_s - 1:.0%} "
                      f"above it)")
-    lines.append(f"  ({ours.name}'s update also recomputes the sampled tokens' log-probs with "
-                 f"the trainer's weights, one more forward of 2 x params x tokens; {trl.name} "
-                 f"takes them from the loss's own forward when one optimizer step follows each "
-                 f"generation)")
+    lines.append(f"  (both take the old log-probs from the loss's own forward, one optimizer "
+                 f"step following each generation: {ours.name}'s "
+                 f"training.recompute_old_logprobs=auto, {trl.name}'s num_iterations=1; "
+                 f"{ours.name}'s LM head runs on the response columns rounded up to eighths of "
+                 f"the row, `rl.forward.scored_columns`)")
     return lines
 
 
