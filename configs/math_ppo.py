@@ -253,6 +253,9 @@ def _default() -> ml_collections.ConfigDict:
     # Set the warm start's problems aside so that RL never trains on them (a benchmark recipe's
     # clean split); off here, where the curriculum's supply is unlimited.
     c.warmstart.disjoint = False
+    # Saved every so many steps under WORKDIR/warmstart (and at the end): a run stopped inside
+    # the warm start resumes there exactly. 0: never.
+    c.warmstart.checkpoint_every = 500
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1
@@ -419,6 +422,7 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.warmstart.steps = 100
     c.warmstart.batch_size = 8
     c.warmstart.tool_fraction = 1.0
+    c.warmstart.checkpoint_every = 50  # all 7,014 programs take hours on 2 CPU cores
     c.rl.group_size = 8  # rare successes on word problems: more samples per prompt
     _grpo_one_update(c, prompts=4, steps=30, lr=2e-6, max_length=512)
     c.checkpoint.every_steps = 5

@@ -340,7 +340,10 @@ class WarmStartConfig:
     """``warmstart.*``: supervised steps on reference solutions before RL. ``shipped``: load the
     packaged result of this exact recipe where there is one (`training.warmstart_results.find_shipped`)
     instead of training it again. ``disjoint``: the warm start's problems (``steps`` x
-    ``batch_size`` of the training set, seeded) are set aside, and RL draws from the rest."""
+    ``batch_size`` of the training set, seeded) are set aside, and RL draws from the rest.
+    ``checkpoint_every``: save the phase's parameters and optimizer state every so many steps
+    (and at its end) under ``WORKDIR/warmstart``, so that a run stopped inside it resumes
+    there exactly; 0: never."""
 
     enabled: bool
     steps: int
@@ -349,6 +352,7 @@ class WarmStartConfig:
     tool_fraction: float
     shipped: bool = False
     disjoint: bool = False
+    checkpoint_every: int = 0
 
     def __post_init__(self):
         if self.enabled:
@@ -357,6 +361,9 @@ class WarmStartConfig:
         check(0.0 <= self.tool_fraction <= 1.0, "tool_fraction", "a value in [0, 1]",
               self.tool_fraction)
         check(isinstance(self.disjoint, bool), "disjoint", "True or False", self.disjoint)
+        check(isinstance(self.checkpoint_every, int) and not isinstance(
+            self.checkpoint_every, bool) and self.checkpoint_every >= 0, "checkpoint_every",
+            "a whole number >= 0 (0: never)", self.checkpoint_every)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from agentic_jax.training.warmstart import warm_start
 from agentic_jax.utils import Checkpointer, read_json, write_json
 
 INITIAL_EVAL = "initial_eval.json"
+WARMSTART_DIR = "warmstart"  # the warm start's own checkpoints (warmstart.checkpoint_every)
 
 
 def host_state(run: Run) -> HostState:
@@ -62,7 +63,8 @@ def start(run: Run, state: TrainState, workdir: str, progress: bool,
         info["init_from"] = cfg.checkpoint.init_from
     elif cfg.warmstart.enabled:
         run.policy.engine.sleep()  # its pool and weights are not needed until `publish`
-        params, metrics = warm_start(run, params, progress=progress)
+        params, metrics = warm_start(run, params, progress=progress,
+                                     directory=os.path.join(workdir, WARMSTART_DIR))
         info.update(metrics)
         if metrics.get("warmstart/shipped"):
             say(f"warm start: loaded the package's saved result of this recipe (training it "

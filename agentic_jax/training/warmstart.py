@@ -52,9 +52,71 @@ class WarmStartResult(NamedTuple):
     metrics: dict[str, float]    # warmstart/ loss, examples, tool_fraction, time_s (wall)
 
 
+class _Progress(NamedTuple):
+    """How far a warm start has come: what its checkpoints hold besides the arrays."""
+
+    step: int = 0  # steps done
+    tokens: int = 0  # padded tokens trained on
+    first_loss: float = float("nan")
+    loss: float = float("nan")  # the latest step's
+    trained_s: float = 0.0  # wall seconds spent training, over every resume
+
+
+def _digest(recipe_: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(recipe_, sort_keys=True).encode()).hexdigest()
+
+
+class _Saver:
+    """A warm start's checkpoints (``WORKDIR/warmstart``): parameters and optimizer state in
+    the RL checkpoint's layout (with LoRA, the adapters only), the `_Progress` and the recipe's
+    digest as JSON; the newest kept."""
+
+    def __init__(self, directory: str, every: int, digest: str):
+        from agentic_jax.utils import Checkpointer
+
+        self.digest = digest
+        self.checkpointer = Checkpointer(directory, every_steps=every, keep=1)
+
+    @staticmethod
+    def _state(params: Any, opt_state: Any, step: int) -> Any:
+        from agentic_jax.rl.state import TrainState
+
+        return TrainState(params=params, opt_state=opt_state, ref_params=None,
+                          step=np.asarray(step, np.int32), rng=np.zeros(2, np.uint32))
+
+    def restore(self, params: Any, opt_state: Any,
+                shardings: Any) -> tuple[Any, Any, _Progress] | None:
+        from agentic_jax.config import ConfigError
+        from agentic_jax.rl.state import from_pure, to_pure
+
+        like = self._state(params, opt_state, 0)
+        restored = self.checkpointer.restore_latest(to_pure(like), set_aside=True)
+        if restored is None:
+            return None
+        meta = restored.meta
+        if meta.get("recipe") != self.digest:
+            raise ConfigError(
+                f"{self.checkpointer.directory}: holds a warm start of another recipe (its "
+                "model, data, seed or optimiser settings differ); remove it, or use another "
+                "--workdir, to train this one")
+        state = from_pure(restored.state, like, shardings)
+        fields = {k: meta[k] for k in _Progress._fields if k in meta}
+        return state.params, state.opt_state, _Progress(**fields)
+
+    def save(self, params: Any, opt_state: Any, progress: _Progress) -> None:
+        from agentic_jax.rl.state import to_pure
+
+        self.checkpointer.maybe_save(progress.step, to_pure(self._state(
+            params, opt_state, progress.step)), {**progress._asdict(), "recipe": self.digest},
+            force=True)
+
+    def close(self) -> None:
+        self.checkpointer.close()
+
+
 def warm_start(run: Any, params: Any, *, progress: bool = True,
-               on_step: Callable[[int, Any, dict[str, Any]], None] | None = None
-               ) -> WarmStartResult:
+               on_step: Callable[[int, Any, dict[str, Any]], None] | None = None,
+               directory: str | None = None) -> WarmStartResult:
     """Supervised warm start of the policy ``params`` (a `Run`'s model state).
 
     Uses the run's mesh and the same step factory as RL, with its own optimizer (``warmstart.lr``
@@ -64,6 +126,12 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
     new parameters and ``info``: the step's metrics (device arrays), ``tokens`` (padded tokens
     trained on so far) and ``examples``. A watched warm start always trains, never loads a
     saved result.
+
+    ``directory`` (a run's ``WORKDIR/warmstart``), with ``warmstart.checkpoint_every`` > 0:
+    the phase's parameters and optimizer state are saved there every so many steps and at its
+    end, and a warm start finding one of its own recipe there resumes from it: the same batches
+    in the same order, so the result is the uninterrupted one's. A checkpoint of another recipe
+    is refused (`ConfigError`), never trained on.
     """
     import jax
     from tqdm.auto import tqdm
@@ -108,28 +176,48 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
                               shardings=shardings)
     opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
                         out_shardings=shardings.opt_state)(params)
-    metrics: dict[str, float] = {}
-    first_loss = float("nan")
+    progress_ = _Progress()
+    saver = None
+    if directory is not None and w.checkpoint_every > 0:
+        saver = _Saver(directory, w.checkpoint_every, _digest(recipe(run)))
+        resumed = saver.restore(params, opt_state, shardings)
+        if resumed is not None:
+            params, opt_state, progress_ = resumed
+            logger.info("warm start: resuming at step %d of %d from %s", progress_.step,
+                        w.steps, directory)
     order = batches(examples, batch_size, w.steps, cfg.seed)
-    bar = tqdm(range(w.steps), desc="warm start", disable=not progress, leave=False)
-    tokens = 0
-    for i in bar:
-        rows = order[i]
-        # Pad to the batch's longest example (rounded up, so only a few shapes compile).
-        length = min(t.max_length, round_up(max(len(ex.tokens) for ex in rows), _LENGTH_BUCKET))
-        batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
-                         run.batch_sharding)
-        batch["scored"] = scored_columns(batch["loss_mask"], run.batch_sharding)
-        params, opt_state, m = step_fn(params, opt_state, batch)
-        tokens += length * len(rows)
-        if on_step is not None:
-            on_step(i + 1, params, {"metrics": m, "tokens": tokens, "examples": len(examples)})
-        if i % 20 == 0 or i == w.steps - 1:
-            metrics = {k: float(v) for k, v in jax.device_get(m).items()}
-            bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
-            first_loss = metrics["policy_loss"] if i == 0 else first_loss
+    bar = tqdm(range(progress_.step, w.steps), desc="warm start", disable=not progress,
+               leave=False, initial=progress_.step, total=w.steps)
+    metrics = {"policy_loss": progress_.loss}
+    first_loss, tokens = progress_.first_loss, progress_.tokens
+    began -= progress_.trained_s  # time spent before a resume counts
+    try:
+        for i in bar:
+            rows = order[i]
+            # Pad to the batch's longest example (rounded up, so only a few shapes compile).
+            longest = max(len(ex.tokens) for ex in rows)
+            length = min(t.max_length, round_up(longest, _LENGTH_BUCKET))
+            batch = put_rows(pack_batch(rows[share], length=length, pad_id=policy.pad_id),
+                             run.batch_sharding)
+            batch["scored"] = scored_columns(batch["loss_mask"], run.batch_sharding)
+            params, opt_state, m = step_fn(params, opt_state, batch)
+            tokens += length * len(rows)
+            if on_step is not None:
+                on_step(i + 1, params,
+                        {"metrics": m, "tokens": tokens, "examples": len(examples)})
+            if i % 20 == 0 or i == w.steps - 1:
+                metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+                bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
+                first_loss = metrics["policy_loss"] if i == 0 else first_loss
+            if saver is not None and ((i + 1) % w.checkpoint_every == 0 or i + 1 == w.steps):
+                loss = float(m["policy_loss"])
+                saver.save(params, opt_state, _Progress(i + 1, tokens, first_loss, loss,
+                                                        time.perf_counter() - began))
+    finally:  # a save in flight is finished, whatever stopped the loop
+        if saver is not None:
+            saver.close()
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
-    return WarmStartResult(params, {"warmstart/loss": metrics.get("policy_loss", float("nan")),
+    return WarmStartResult(params, {"warmstart/loss": metrics["policy_loss"],
                                     "warmstart/first_loss": first_loss,
                                     "warmstart/examples": float(len(examples)),
                                     "warmstart/tool_fraction": tool_share,

@@ -1,0 +1,93 @@
+"""A warm start stopped part way resumes from its own checkpoint (``WORKDIR/warmstart``) to
+exactly the uninterrupted result, skips training when its checkpoint is the last step's, and
+refuses a checkpoint of another recipe."""
+
+import dataclasses
+import types
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.config import ConfigError, read_config
+from agentic_jax.training import warmstart
+from agentic_jax.training.builders import build_run
+from configs.math_ppo import get_config
+
+
+class Stop(Exception):
+    pass
+
+
+def _leaves(params):
+    return {k: np.asarray(v) for k, v in nnx.to_flat_state(params)}
+
+
+@pytest.fixture(scope="module")
+def smoke_run():
+    cfg = read_config(get_config("smoke"))
+    cfg = dataclasses.replace(cfg, warmstart=dataclasses.replace(
+        cfg.warmstart, steps=5, checkpoint_every=2))
+    run, state = build_run(cfg)
+    yield run, state
+    run.policy.close()
+
+
+def _train(run, state, directory, **kwargs):
+    copy = jax.tree.map(lambda x: x.copy(), state.params)  # the step donates its input
+    return warmstart.warm_start(run, copy, progress=False, directory=str(directory), **kwargs)
+
+
+def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp_path):
+    run, state = smoke_run
+    whole, whole_info = _train(run, state, tmp_path / "whole")
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir() if p.name.isdigit()) == ["5"]
+
+    steps = []
+
+    def stop_at_3(step, params, info):
+        steps.append(step)
+        if step == 3:  # after step 3's update, before its (absent) save: step 2's is newest
+            raise Stop
+
+    with pytest.raises(Stop):
+        _train(run, state, tmp_path / "cut", on_step=stop_at_3)
+    assert steps == [1, 2, 3]
+    steps.clear()
+    resumed, info = _train(run, state, tmp_path / "cut", on_step=lambda s, p, i: steps.append(s))
+    assert steps == [3, 4, 5]  # from step 2's checkpoint, the same batches as before
+    expected, got = _leaves(whole), _leaves(resumed)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=str(key))
+    for key in ("warmstart/loss", "warmstart/first_loss", "warmstart/examples"):
+        assert info[key] == whole_info[key], key
+    assert info["warmstart/time_s"] > 0
+
+    # A finished warm start's checkpoint is its result: nothing trains again.
+    steps.clear()
+    again, again_info = _train(run, state, tmp_path / "cut",
+                               on_step=lambda s, p, i: steps.append(s))
+    assert steps == []
+    for key, value in _leaves(again).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=str(key))
+    assert again_info["warmstart/loss"] == whole_info["warmstart/loss"]
+
+
+def test_a_checkpoint_of_another_recipe_is_refused(smoke_run, tmp_path):
+    run, state = smoke_run
+    _train(run, state, tmp_path)
+    w = run.cfg.warmstart
+    other = types.SimpleNamespace(
+        cfg=dataclasses.replace(run.cfg, warmstart=dataclasses.replace(w, lr=w.lr / 2)),
+        **{k: getattr(run, k) for k in ("policy", "row_multiple", "batch_sharding")})
+    with pytest.raises(ConfigError, match="another recipe"):
+        _train(other, state, tmp_path)
+
+
+def test_checkpoint_every_is_checked():
+    config = get_config("smoke")
+    config.warmstart.checkpoint_every = -1
+    with pytest.raises(Exception, match="checkpoint_every"):
+        read_config(config)
