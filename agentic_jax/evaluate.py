@@ -2,6 +2,7 @@ r"""Evaluates a run's newest checkpoint on a split, with tools and without, or o
 
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
         [--modes=tools] [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
+    python -m agentic_jax.evaluate --compare=A/eval_test.json,B/eval_test.json
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
         [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
 
@@ -9,7 +10,9 @@ The run's own config (``DIR/config.json``) is used; ``--config.*`` flags overrid
 ``--workdir`` without checkpoints and a ``--config`` evaluate the config's model as built (a
 pretrained model before training, e.g. ``--config=configs/math_ppo.py:smollm2-135m``). On a
 split, writes ``DIR/eval_<split>.json``: accuracy with and without tools (``--modes``), pass@k (with
-``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage.
+``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage,
+and each problem's outcome by id; ``--compare`` reads two such files of the same problems and
+prints B - A with its paired 95% interval (Newcombe) and McNemar's exact p-value.
 With ``--benchmarks`` (local files in each benchmark's own layout), writes ``DIR/eval/``:
 ``<name>.json`` (avg@K, pass@1..K, maj@K with 95% intervals, per subject / level, usage),
 ``<name>.samples.jsonl``, ``summary.md`` and ``summary.png``; unset sampling flags take the
@@ -52,6 +55,9 @@ _BENCHMARKS = flags.DEFINE_string(
 _TEMPERATURE = flags.DEFINE_float("temperature", None,
                                   "Sampling temperature on benchmarks (default eval.temperature).")
 _TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling on benchmarks (default eval.top_p).")
+_COMPARE = flags.DEFINE_list(
+    "compare", [], "A.json,B.json: two evaluations of the same problems (eval_<split>.json) "
+    "compared paired, B - A with its 95% interval and McNemar's p; nothing is evaluated.")
 _CONSTRAIN = flags.DEFINE_boolean(
     "constrain_code", False, "Mask tokens that cannot continue valid Python inside code blocks "
     "(agentic_jax.rollout.constrain; needs llguidance).")
@@ -118,7 +124,7 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     Builds only the policy (no optimizer, no training state), reads only its parameters and
     loads only the split it evaluates.
     """
-    from agentic_jax.evaluation.held_out import eval_config, evaluate
+    from agentic_jax.evaluation.held_out import eval_config, evaluate_outcomes
     from agentic_jax.episodes.problems import Problems, load_problems
     from agentic_jax.utils import write_json
 
@@ -135,10 +141,14 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     step, problems = policy.step or 0, policy.problems.test
     try:
         settings = eval_config(policy, num_samples)
-        results: dict[str, Any] = {"step": step, "split": split, "timing": {}}
+        results: dict[str, Any] = {"step": step, "split": split, "timing": {},
+                                   "samples": settings.num_samples, "outcomes": {}}
         for mode in modes:
             began, cpu = time.perf_counter(), time.process_time()
-            results[mode] = evaluate(policy, problems, tools=mode == "tools", cfg=settings)
+            results[mode], right = evaluate_outcomes(policy, problems, tools=mode == "tools",
+                                                     cfg=settings)
+            # Each problem's correct samples, by id: two evaluations compare paired (--compare).
+            results["outcomes"][mode] = {p.id: int(c) for p, c in zip(problems, right)}
             results["timing"][mode] = _timing(results[mode], settings.num_samples,
                                               time.perf_counter() - began,
                                               time.process_time() - cpu)
@@ -181,10 +191,53 @@ def evaluate_checkpoint_on_benchmarks(
         policy.close()
 
 
+def compare_evaluations(path_a: str, path_b: str) -> list[str]:
+    """One line per mode both evaluations of a split ran, comparing their per-problem outcomes
+    paired (`agentic_jax.evaluation.metrics.paired_outcomes`): B - A."""
+    import json
+
+    from agentic_jax.evaluation.metrics import paired_outcomes
+
+    def read(path: str) -> dict:
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as err:
+            raise UserError(f"--compare: {path}: not a readable evaluation ({err})") from None
+
+    a, b = read(path_a), read(path_b)
+    outcomes_a, outcomes_b = a.get("outcomes") or {}, b.get("outcomes") or {}
+    lines = []
+    for mode in (m for m in ("tools", "direct") if m in outcomes_a and m in outcomes_b):
+        try:
+            r = paired_outcomes(outcomes_a[mode], outcomes_b[mode])
+        except ValueError as err:
+            raise UserError(f"--compare {mode}: {err}") from None
+        lo, hi = r.interval
+        lines.append(f"{mode}: {(r.both + r.only_a) / r.n:.3f} -> {(r.both + r.only_b) / r.n:.3f}"
+                     f" on {r.n} problems: {r.difference:+.3f} (95% paired interval {lo:+.3f} "
+                     f"to {hi:+.3f}); right in A only {r.only_a}, in B only {r.only_b}, "
+                     f"McNemar p = {r.p_value:.3g}")
+    if not lines:
+        raise UserError("--compare: no mode holds per-problem outcomes in both files (an "
+                        "evaluation written before they were stored has none: evaluate again)")
+    return lines
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
         return 2
+    if _COMPARE.value:
+        if len(_COMPARE.value) != 2:
+            print("error: --compare: expected two files, A.json,B.json", file=sys.stderr)
+            return 2
+        try:
+            print("\n".join(compare_evaluations(*_COMPARE.value)))
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     if not _WORKDIR.value:
         print("error: --workdir is required", file=sys.stderr)
         return 2

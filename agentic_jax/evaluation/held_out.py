@@ -44,12 +44,21 @@ def eval_config(policy: Policy, num_samples: int = 1) -> EvalConfig:
 
 def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools: bool,
              cfg: EvalConfig | None = None) -> dict[str, float]:
+    """`evaluate_outcomes`' summary."""
+    return evaluate_outcomes(policy, problems, tools=tools, cfg=cfg)[0]
+
+
+def evaluate_outcomes(policy: Policy, problems: Sequence[Problem] | None = None, *, tools: bool,
+                      cfg: EvalConfig | None = None) -> tuple[dict[str, float], np.ndarray]:
     """Runs every problem ``cfg.num_samples`` times with the published policy and aggregates.
 
     tools: False is the direct-answer setting (tools forbidden, prompt without the tool
     format). On several hosts each evaluates and grades its share of the problems and the
     per-episode rows are gathered before aggregation. Episode j of the whole set draws with
     key j of one split, so sampled results do not depend on the host split or the chunking.
+    Returns the summary and each problem's number of correct samples (int [len(problems)], in
+    ``problems``' order), from which two evaluations of the same problems are compared paired
+    (`agentic_jax.evaluation.metrics.paired_difference`).
     """
     problems = list(policy.problems.test if problems is None else problems)
     cfg = cfg or eval_config(policy)
@@ -65,7 +74,7 @@ def evaluate(policy: Policy, problems: Sequence[Problem] | None = None, *, tools
     out["num_problems"] = float(len(table["correct"]) // k)
     if k > 1 and len(table["correct"]):
         out.update(pass_rates(table["correct"], k))
-    return out
+    return out, (np.asarray(table["correct"]) > 0).reshape(-1, k).sum(axis=1).astype(int)
 
 
 def pass_rates(correct: np.ndarray, k: int) -> dict[str, float]:

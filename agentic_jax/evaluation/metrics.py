@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -107,6 +108,64 @@ def difference_interval(correct_a: int, n_a: int, correct_b: int, n_b: int,
     d = pb - pa
     return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2),
             d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
+
+
+class Paired(NamedTuple):
+    """Two evaluations of the same problems, one outcome each (right or wrong)."""
+
+    n: int
+    both: int      # right in both
+    only_a: int    # right in a only
+    only_b: int    # right in b only
+    difference: float  # accuracy of b - accuracy of a
+    interval: tuple[float, float]  # 95% (Newcombe's paired method 10)
+    p_value: float  # exact two-sided McNemar test: the discordant pairs split as by chance
+
+
+def paired_difference(correct_a: Sequence[bool], correct_b: Sequence[bool],
+                      z: float = 1.96) -> Paired:
+    """Accuracy of b minus accuracy of a on the same problems (row i of both is problem i), with
+    Newcombe's interval for paired proportions (1998, method 10: the two Wilson intervals
+    combined with the phi correlation of the 2 x 2 table) and the exact McNemar p-value. Only
+    the problems one got right and the other wrong move the difference, so this interval is
+    narrower than `difference_interval`'s when the two agree on most problems."""
+    a, b = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    if a.shape != b.shape or a.ndim != 1 or not a.size:
+        raise ValueError(f"paired_difference: expected two equal, non-empty lists of outcomes, "
+                         f"got shapes {a.shape} and {b.shape}")
+    n = int(a.size)
+    both, only_a, only_b = int(np.sum(a & b)), int(np.sum(a & ~b)), int(np.sum(~a & b))
+    neither = n - both - only_a - only_b
+    pa, pb = (both + only_a) / n, (both + only_b) / n
+    la, ua = wilson_interval(both + only_a, n, z)
+    lb, ub = wilson_interval(both + only_b, n, z)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    phi = (both * neither - only_a * only_b) / math.sqrt(margins) if margins else 0.0
+    d = pb - pa
+    lower = math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa)
+                          + (ua - pa) ** 2))
+    upper = math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la)
+                          + (pa - la) ** 2))
+    discordant = only_a + only_b
+    tail = sum(math.comb(discordant, i) for i in range(min(only_a, only_b) + 1))
+    p_value = min(1.0, 2 * tail / 2 ** discordant) if discordant else 1.0
+    return Paired(n, both, only_a, only_b, d, (max(-1.0, d - lower), min(1.0, d + upper)),
+                  p_value)
+
+
+def paired_outcomes(a: Mapping[str, int], b: Mapping[str, int]) -> Paired:
+    """`paired_difference` of two evaluations' outcomes (problem id -> right (1) or wrong (0),
+    as ``eval_<split>.json`` stores them under ``outcomes``); both must hold the same
+    problems."""
+    if a.keys() != b.keys():
+        raise ValueError(f"paired comparison: the evaluations hold different problems ("
+                         f"{len(a.keys() - b.keys())} only in the first, "
+                         f"{len(b.keys() - a.keys())} only in the second)")
+    if any(v not in (0, 1) for v in (*a.values(), *b.values())):
+        raise ValueError("paired comparison: expected one sample per problem (outcomes 0 or "
+                         "1); evaluate with --num_samples=1")
+    ids = sorted(a)
+    return paired_difference([bool(a[i]) for i in ids], [bool(b[i]) for i in ids])
 
 
 def _interval(values: np.ndarray, resamples: np.ndarray) -> list[float]:

@@ -258,6 +258,43 @@ def test_evaluate_one_mode_scores_what_both_do(full_run):
         evaluate_checkpoint(None, workdir, modes=["both"])
 
 
+def test_evaluations_store_outcomes_and_compare_paired(full_run, tmp_path):
+    """Each evaluation stores every problem's outcome by id; ``--compare`` pairs two of them:
+    the accuracies it prints are the evaluations' own, and the counts add up."""
+    import json
+
+    from agentic_jax.errors import UserError
+    from agentic_jax.evaluate import compare_evaluations, evaluate_checkpoint
+
+    workdir, summary = full_run
+    before = evaluate_checkpoint(tiny_config(), str(tmp_path / "before"), modes=["tools"])
+    after = evaluate_checkpoint(None, workdir, modes=["tools"])
+    for result in (before, after):
+        outcomes = result["outcomes"]["tools"]
+        assert result["samples"] == 1 and len(outcomes) == result["tools"]["num_problems"]
+        assert set(outcomes.values()) <= {0, 1}
+        assert sum(outcomes.values()) / len(outcomes) == pytest.approx(
+            result["tools"]["accuracy"])
+    assert before["outcomes"]["tools"].keys() == after["outcomes"]["tools"].keys()
+    a, b = str(tmp_path / "before" / "eval_test.json"), os.path.join(workdir, "eval_test.json")
+    (line,) = compare_evaluations(a, b)
+    acc_a, acc_b = before["tools"]["accuracy"], after["tools"]["accuracy"]
+    assert line.startswith(f"tools: {acc_a:.3f} -> {acc_b:.3f} on "
+                           f"{len(after['outcomes']['tools'])} problems: {acc_b - acc_a:+.3f}")
+    # Files without outcomes (written before they were stored) or of other problems: refused.
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in before.items() if k != "outcomes"}))
+    with pytest.raises(UserError, match="evaluate again"):
+        compare_evaluations(str(old), b)
+    fewer = tmp_path / "fewer.json"
+    cut = dict(list(before["outcomes"]["tools"].items())[1:])
+    fewer.write_text(json.dumps({**before, "outcomes": {"tools": cut}}))
+    with pytest.raises(UserError, match="1 only in the second"):
+        compare_evaluations(str(fewer), b)
+    with pytest.raises(UserError, match="not a readable evaluation"):
+        compare_evaluations(str(tmp_path / "missing.json"), b)
+
+
 @pytest.mark.slow  # tests/train/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
     import agentic_jax.training.rollouts as rollouts_lib
