@@ -36,6 +36,7 @@ from ml_collections import config_flags
 from agentic_jax.commands import variants_usage
 from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.evaluation import markdown_table
+from agentic_jax.utils.compile_cache import enable_compile_cache
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A config file (default: the run's recorded config.json).", lock_config=True)
@@ -243,6 +244,7 @@ def main(argv: list[str]) -> int:
         return 2
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("agentic_jax").setLevel(logging.INFO)
+    enable_compile_cache()
     overrides = config_flags.get_override_values(flags.FLAGS["config"]) if _CONFIG.value else {}
     try:
         if _BENCHMARKS.value:

@@ -24,6 +24,7 @@ from ml_collections import config_flags
 from agentic_jax.commands import variants_usage
 from agentic_jax.errors import USER_ERRORS
 from agentic_jax.parallel import distributed
+from agentic_jax.utils.compile_cache import enable_compile_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (+ ':variant').",
                                           lock_config=True)
@@ -45,6 +46,7 @@ def main(argv: list[str]) -> int:
     # Libraries log at WARNING and above; this package's own messages at INFO.
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("agentic_jax").setLevel(logging.INFO)
+    enable_compile_cache()  # what this run compiles, the next one loads
     try:
         distributed.initialize_from_flags()
         print(distributed.describe_devices(), flush=True)

@@ -25,6 +25,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentic_jax.errors import USER_ERRORS, UserError
+from agentic_jax.utils.compile_cache import enable_compile_cache
 
 # The default config of a source checkout, so that `--config.model.path=...` alone works.
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
         return 2
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.basicConfig(level=logging.INFO)
+    enable_compile_cache()
     import uvicorn
 
     from agentic_jax.serve.app import Service, create_app
