@@ -149,7 +149,11 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
             results[mode], right = evaluate_outcomes(policy, problems, tools=mode == "tools",
                                                      cfg=settings)
             # Each problem's correct samples, by id: two evaluations compare paired (--compare).
-            results["outcomes"][mode] = {p.id: int(c) for p, c in zip(problems, right)}
+            outcomes = {p.id: int(c) for p, c in zip(problems, right)}
+            if len(outcomes) != len(problems) or len(right) != len(problems):
+                raise RuntimeError(f"evaluate: {len(right)} outcomes for {len(problems)} "
+                                   f"problems ({len(outcomes)} distinct ids)")
+            results["outcomes"][mode] = outcomes
             results["timing"][mode] = _timing(results[mode], settings.num_samples,
                                               time.perf_counter() - began,
                                               time.process_time() - cpu)
@@ -209,6 +213,10 @@ def compare_evaluations(path_a: str, path_b: str) -> list[str]:
     a, b = read(path_a), read(path_b)
     outcomes_a, outcomes_b = a.get("outcomes") or {}, b.get("outcomes") or {}
     lines = []
+    if (a.get("samples"), b.get("samples")) != (1, 1) and outcomes_a and outcomes_b:
+        raise UserError(f"--compare: expected one sample per problem in both (outcomes right "
+                        f"or wrong), got {a.get('samples')} and {b.get('samples')}; evaluate "
+                        "with --num_samples=1")
     for mode in (m for m in ("tools", "direct") if m in outcomes_a and m in outcomes_b):
         try:
             r = paired_outcomes(outcomes_a[mode], outcomes_b[mode])

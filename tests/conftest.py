@@ -12,3 +12,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The commands the tests launch keep no compiled programs in the user's cache
+# (tests/utils/test_compile_cache.py turns it on in a directory of its own).
+os.environ.setdefault("AGENTIC_JAX_COMPILE_CACHE", "0")

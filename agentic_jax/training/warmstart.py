@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from agentic_jax.utils import round_up
 logger = logging.getLogger(__name__)
 
 _LENGTH_BUCKET = 16
+PROGRAMS_FILE = "programs.json"  # the reference programs' outputs (`_Saver`)
 
 
 class WarmStartResult(NamedTuple):
@@ -59,7 +61,7 @@ class _Progress(NamedTuple):
     tokens: int = 0  # padded tokens trained on
     first_loss: float = float("nan")
     loss: float = float("nan")  # the latest step's
-    trained_s: float = 0.0  # wall seconds spent training, over every resume
+    trained_s: float = 0.0  # wall seconds of the warm start, every session's setup included
 
 
 def _digest(recipe_: dict[str, Any]) -> str:
@@ -68,14 +70,38 @@ def _digest(recipe_: dict[str, Any]) -> str:
 
 class _Saver:
     """A warm start's checkpoints (``WORKDIR/warmstart``): parameters and optimizer state in
-    the RL checkpoint's layout (with LoRA, the adapters only), the `_Progress` and the recipe's
-    digest as JSON; the newest kept."""
+    the RL checkpoint's layout (with LoRA, the adapters only), the `_Progress` and the digests
+    of the recipe and of the examples built, as JSON; the newest kept. The reference programs'
+    outputs are kept beside them (`PROGRAMS_FILE`), so a resumed warm start builds exactly the
+    examples the first session built, even where a program's run would now end otherwise (a
+    timeout on a loaded machine)."""
 
     def __init__(self, directory: str, every: int, digest: str):
         from agentic_jax.utils import Checkpointer
 
         self.digest = digest
         self.checkpointer = Checkpointer(directory, every_steps=every, keep=1)
+        self.directory = self.checkpointer.directory
+
+    def remembered(self, run_code: Callable[[list[str]], list[str | None]]
+                   ) -> Callable[[list[str]], list[str | None]]:
+        """``run_code`` that answers from the kept outputs and keeps the new ones."""
+        from agentic_jax.parallel import agree, is_main_process
+        from agentic_jax.utils import read_json, write_json
+
+        path = os.path.join(self.directory, PROGRAMS_FILE)
+
+        def run(codes: list[str]) -> list[str | None]:
+            # Process 0 decides, so that every host makes the same (collective) sandbox calls.
+            known = read_json(path) if agree(os.path.exists(path)) else {}
+            missing = [c for c in dict.fromkeys(codes) if c not in known]
+            if missing:
+                known.update(zip(missing, run_code(missing)))
+                if is_main_process():
+                    write_json(path, known)
+            return [known[c] for c in codes]
+
+        return run
 
     @staticmethod
     def _state(params: Any, opt_state: Any, step: int) -> Any:
@@ -84,34 +110,60 @@ class _Saver:
         return TrainState(params=params, opt_state=opt_state, ref_params=None,
                           step=np.asarray(step, np.int32), rng=np.zeros(2, np.uint32))
 
-    def restore(self, params: Any, opt_state: Any,
-                shardings: Any) -> tuple[Any, Any, _Progress] | None:
+    def _other(self, why: str = "") -> Exception:
         from agentic_jax.config import ConfigError
+
+        return ConfigError(
+            f"{self.directory}: holds a warm start of another recipe (its model, data, seed, "
+            f"examples or optimiser settings differ){why}; remove it, or use another "
+            "--workdir, to train this one")
+
+    def restore(self, params: Any, opt_state: Any, shardings: Any,
+                examples: str) -> tuple[Any, Any, _Progress] | None:
+        """The newest checkpoint as (params, opt_state, progress), None when there is none;
+        one of another recipe or of other examples (``examples``: their digest) is refused."""
         from agentic_jax.rl.state import from_pure, to_pure
+        from agentic_jax.utils.checkpoint import NoRestorableCheckpoint
 
         like = self._state(params, opt_state, 0)
-        restored = self.checkpointer.restore_latest(to_pure(like), set_aside=True)
+        try:
+            restored = self.checkpointer.restore_latest(to_pure(like), set_aside=True)
+        except NoRestorableCheckpoint as err:
+            raise self._other(f", or is damaged ({err})") from None
         if restored is None:
             return None
         meta = restored.meta
-        if meta.get("recipe") != self.digest:
-            raise ConfigError(
-                f"{self.checkpointer.directory}: holds a warm start of another recipe (its "
-                "model, data, seed or optimiser settings differ); remove it, or use another "
-                "--workdir, to train this one")
+        if meta.get("recipe") != self.digest or meta.get("examples") != examples:
+            raise self._other()
         state = from_pure(restored.state, like, shardings)
         fields = {k: meta[k] for k in _Progress._fields if k in meta}
         return state.params, state.opt_state, _Progress(**fields)
 
-    def save(self, params: Any, opt_state: Any, progress: _Progress) -> None:
+    def save(self, params: Any, opt_state: Any, progress: _Progress, examples: str) -> None:
         from agentic_jax.rl.state import to_pure
 
+        meta = {**progress._asdict(), "recipe": self.digest, "examples": examples}
         self.checkpointer.maybe_save(progress.step, to_pure(self._state(
-            params, opt_state, progress.step)), {**progress._asdict(), "recipe": self.digest},
-            force=True)
+            params, opt_state, progress.step)), meta, force=True)
 
-    def close(self) -> None:
-        self.checkpointer.close()
+    def close(self, quiet: bool = False) -> None:
+        """Waits for a save in flight; ``quiet``: its error is logged, not raised (another one
+        is on its way up)."""
+        try:
+            self.checkpointer.close()
+        except Exception:  # noqa: BLE001 - reported; the first error propagates
+            if not quiet:
+                raise
+            logger.exception("warm start: the last checkpoint save failed as well")
+
+
+def _examples_digest(examples: list[Any]) -> str:
+    """SHA-256 of every built example's tokens and loss mask, in order."""
+    digest = hashlib.sha256()
+    for ex in examples:
+        digest.update(np.asarray(ex.tokens, np.int64).tobytes() + b"|")
+        digest.update(np.asarray(ex.loss_mask, np.float32).tobytes() + b"/")
+    return digest.hexdigest()
 
 
 def warm_start(run: Any, params: Any, *, progress: bool = True,
@@ -158,12 +210,19 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
             stored["warmstart/trained_s"] = stored.pop("warmstart/time_s", float("nan"))
             return WarmStartResult(params, {**stored, "warmstart/shipped": 1.0,
                                             "warmstart/time_s": time.perf_counter() - began})
+    saver = None
+    run_code = lambda codes: run_everywhere(policy.sandbox, codes)  # noqa: E731
+    if directory is not None and w.checkpoint_every > 0:
+        # model.path names the weights a pretrained model starts from (the recipe holds only
+        # its architecture): another checkpoint of the same shape is another warm start.
+        saver = _Saver(directory, w.checkpoint_every,
+                       _digest({**recipe(run), "model_path": cfg.model.path}))
+        run_code = saver.remembered(run_code)
     counts: dict[str, int] = {}
     examples = build_examples(
         _problems(run), make_prompt=policy.make_prompt, tokenizer=policy.tokenizer,
-        run_code=lambda codes: run_everywhere(policy.sandbox, codes),
-        tool_fraction=w.tool_fraction, max_length=t.max_length, seed=cfg.seed,
-        layout=example_format(run), stats=counts)
+        run_code=run_code, tool_fraction=w.tool_fraction, max_length=t.max_length,
+        seed=cfg.seed, layout=example_format(run), stats=counts)
     logger.info("warm start: %d examples; of %d chosen to use the tool, %d programs ran and %d "
                 "printed the reference answer", counts["examples"], counts["tool_chosen"],
                 counts["tool_ran"], counts["tool_kept"])
@@ -176,22 +235,20 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
                               shardings=shardings)
     opt_state = jax.jit(lambda s: init_opt_state(optimizer, s),
                         out_shardings=shardings.opt_state)(params)
-    progress_ = _Progress()
-    saver = None
-    if directory is not None and w.checkpoint_every > 0:
-        saver = _Saver(directory, w.checkpoint_every, _digest(recipe(run)))
-        resumed = saver.restore(params, opt_state, shardings)
+    built = _examples_digest(examples) if saver is not None else ""
+    try:
+        progress_ = _Progress()
+        resumed = saver.restore(params, opt_state, shardings, built) if saver else None
         if resumed is not None:
             params, opt_state, progress_ = resumed
             logger.info("warm start: resuming at step %d of %d from %s", progress_.step,
                         w.steps, directory)
-    order = batches(examples, batch_size, w.steps, cfg.seed)
-    bar = tqdm(range(progress_.step, w.steps), desc="warm start", disable=not progress,
-               leave=False, initial=progress_.step, total=w.steps)
-    metrics = {"policy_loss": progress_.loss}
-    first_loss, tokens = progress_.first_loss, progress_.tokens
-    began -= progress_.trained_s  # time spent before a resume counts
-    try:
+        order = batches(examples, batch_size, w.steps, cfg.seed)
+        bar = tqdm(range(progress_.step, w.steps), desc="warm start", disable=not progress,
+                   leave=False, initial=progress_.step, total=w.steps)
+        metrics = {"policy_loss": progress_.loss}
+        first_loss, tokens = progress_.first_loss, progress_.tokens
+        began -= progress_.trained_s  # the time of earlier sessions counts
         for i in bar:
             rows = order[i]
             # Pad to the batch's longest example (rounded up, so only a few shapes compile).
@@ -210,12 +267,15 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
                 bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
                 first_loss = metrics["policy_loss"] if i == 0 else first_loss
             if saver is not None and ((i + 1) % w.checkpoint_every == 0 or i + 1 == w.steps):
-                loss = float(m["policy_loss"])
-                saver.save(params, opt_state, _Progress(i + 1, tokens, first_loss, loss,
-                                                        time.perf_counter() - began))
-    finally:  # a save in flight is finished, whatever stopped the loop
+                saver.save(params, opt_state, _Progress(
+                    i + 1, tokens, first_loss, float(m["policy_loss"]),
+                    time.perf_counter() - began), built)
+    except BaseException:
         if saver is not None:
-            saver.close()
+            saver.close(quiet=True)  # a save in flight finishes; this error stays the one raised
+        raise
+    if saver is not None:
+        saver.close()
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
     return WarmStartResult(params, {"warmstart/loss": metrics["policy_loss"],
                                     "warmstart/first_loss": first_loss,

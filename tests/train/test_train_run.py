@@ -291,6 +291,10 @@ def test_evaluations_store_outcomes_and_compare_paired(full_run, tmp_path):
     fewer.write_text(json.dumps({**before, "outcomes": {"tools": cut}}))
     with pytest.raises(UserError, match="1 only in the second"):
         compare_evaluations(str(fewer), b)
+    several = tmp_path / "several.json"
+    several.write_text(json.dumps({**before, "samples": 4}))
+    with pytest.raises(UserError, match="one sample per problem"):
+        compare_evaluations(str(several), b)
     with pytest.raises(UserError, match="not a readable evaluation"):
         compare_evaluations(str(tmp_path / "missing.json"), b)
 

@@ -3,6 +3,7 @@ exactly the uninterrupted result, skips training when its checkpoint is the last
 refuses a checkpoint of another recipe."""
 
 import dataclasses
+import json
 import types
 
 import jax
@@ -39,7 +40,12 @@ def _train(run, state, directory, **kwargs):
     return warmstart.warm_start(run, copy, progress=False, directory=str(directory), **kwargs)
 
 
-def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp_path):
+def _no_sandbox(sandbox, codes):
+    raise AssertionError(f"the sandbox ran {len(codes)} programs again")
+
+
+def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp_path,
+                                                                  monkeypatch):
     run, state = smoke_run
     whole, whole_info = _train(run, state, tmp_path / "whole")
     assert sorted(p.name for p in (tmp_path / "whole").iterdir() if p.name.isdigit()) == ["5"]
@@ -54,6 +60,11 @@ def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp
     with pytest.raises(Stop):
         _train(run, state, tmp_path / "cut", on_step=stop_at_3)
     assert steps == [1, 2, 3]
+    # The reference programs' outputs are kept: the resumed warm start builds its examples
+    # from them, without the sandbox (whose runs could end otherwise on a loaded machine).
+    kept = json.loads((tmp_path / "cut" / warmstart.PROGRAMS_FILE).read_text())
+    assert kept and all(isinstance(v, str) for v in kept.values())
+    monkeypatch.setattr(warmstart, "run_everywhere", _no_sandbox)
     steps.clear()
     resumed, info = _train(run, state, tmp_path / "cut", on_step=lambda s, p, i: steps.append(s))
     assert steps == [3, 4, 5]  # from step 2's checkpoint, the same batches as before
