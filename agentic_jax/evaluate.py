@@ -2,6 +2,7 @@ r"""Evaluates a run's newest checkpoint on a split, with tools and without, or o
 
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
         [--modes=tools] [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
+    python -m agentic_jax.evaluate --workdir=DIR --checkpoints=DIR/warmstart [--modes=tools]
     python -m agentic_jax.evaluate --compare=A/eval_test.json,B/eval_test.json
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
         [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
@@ -59,13 +60,18 @@ _TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling on benchmarks (defa
 _COMPARE = flags.DEFINE_list(
     "compare", [], "A.json,B.json: two evaluations of the same problems (eval_<split>.json) "
     "compared paired, B - A with its 95% interval and McNemar's p; nothing is evaluated.")
+_CHECKPOINTS = flags.DEFINE_string(
+    "checkpoints", None, "On a split: evaluate the newest checkpoint of this directory of the "
+    "run's (e.g. WORKDIR/warmstart, the warm start's result) instead of WORKDIR/checkpoints; "
+    "writes eval_<split>_<its name>.json.")
 _CONSTRAIN = flags.DEFINE_boolean(
     "constrain_code", False, "Mask tokens that cannot continue valid Python inside code blocks "
     "(agentic_jax.rollout.constrain; needs llguidance).")
 
 
 def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
-                 constrain_code: bool = False, **eval_settings: Any):
+                 constrain_code: bool = False, checkpoints: str | None = None,
+                 **eval_settings: Any):
     """The inference policy of ``workdir``'s newest checkpoint (`agentic_jax.episodes.open.open_run`;
     without checkpoints, ``config``'s model as built, step 0). ``eval_settings`` replace fields
     of the run's ``eval.*`` (never evaluated in training here); a bad one is a UserError
@@ -92,7 +98,10 @@ def _open_policy(config, workdir: str, overrides: Mapping[str, Any] | None,
         raise UserError(f"--{err}") from None
     if not trained:
         os.makedirs(workdir, exist_ok=True)
-    policy = open_config(cfg, workdir if trained else None)
+    if checkpoints and not trained:
+        raise FileNotFoundError(f"--checkpoints: {workdir!r} is not a run directory (no "
+                                "checkpoints/)")
+    policy = open_config(cfg, workdir if trained else None, checkpoints)
     if constrain_code:  # serving / evaluation only: training samples the policy unmasked
         policy = dataclasses.replace(policy, agent_cfg=dataclasses.replace(
             policy.agent_cfg, constrain_code=True))
@@ -117,13 +126,16 @@ def _with_problems(policy, load):
 def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_samples: int = 1,
                         limit: int = 0, overrides: Mapping[str, Any] | None = None,
                         constrain_code: bool = False,
-                        modes: Sequence[str] = ("tools", "direct")) -> dict:
+                        modes: Sequence[str] = ("tools", "direct"),
+                        checkpoints: str | None = None) -> dict:
     """Loads the newest checkpoint of ``workdir`` and evaluates it on ``split`` in each of
     ``modes`` ("tools": with the tool loop, "direct": without); returns the results.
 
     ``config`` may be None (the run's recorded config is used; ``overrides`` apply on top).
     Builds only the policy (no optimizer, no training state), reads only its parameters and
-    loads only the split it evaluates.
+    loads only the split it evaluates. ``checkpoints``: take the newest checkpoint of this
+    directory of the run's instead (``WORKDIR/warmstart``: the warm start's result, kept after
+    RL's checkpoints have replaced step 0); the results go to ``eval_<split>_<its name>.json``.
     """
     from agentic_jax.evaluation.held_out import eval_config, evaluate_outcomes
     from agentic_jax.episodes.problems import Problems, load_problems
@@ -138,7 +150,8 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
     modes = tuple(dict.fromkeys(modes))
     if not modes or set(modes) - {"tools", "direct"}:
         raise UserError(f"--modes: expected tools and / or direct, got {list(modes)}")
-    policy = _with_problems(_open_policy(config, workdir, overrides, constrain_code), load)
+    policy = _with_problems(_open_policy(config, workdir, overrides, constrain_code,
+                                         checkpoints), load)
     step, problems = policy.step or 0, policy.problems.test
     try:
         settings = eval_config(policy, num_samples)
@@ -159,7 +172,11 @@ def evaluate_checkpoint(config, workdir: str, *, split: str = "test", num_sample
                                               time.process_time() - cpu)
     finally:
         policy.close()
-    write_json(os.path.join(workdir, f"eval_{split}.json"), results)
+    name = f"eval_{split}.json"
+    if checkpoints:
+        results["checkpoints"] = os.path.abspath(checkpoints)
+        name = f"eval_{split}_{os.path.basename(os.path.normpath(checkpoints))}.json"
+    write_json(os.path.join(workdir, name), results)
     return results
 
 
@@ -266,7 +283,7 @@ def main(argv: list[str]) -> int:
                                           num_samples=_NUM_SAMPLES.value or 1,
                                           limit=_LIMIT.value, overrides=overrides,
                                           constrain_code=_CONSTRAIN.value,
-                                          modes=_MODES.value)
+                                          modes=_MODES.value, checkpoints=_CHECKPOINTS.value)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

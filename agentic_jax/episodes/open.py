@@ -48,19 +48,23 @@ def run_config(config: ml_collections.ConfigDict | None, workdir: str | None,
                                rollout_devices=0)
 
 
-def open_config(cfg: RunConfig, workdir: str | None = None) -> InferencePolicy:
+def open_config(cfg: RunConfig, workdir: str | None = None,
+                checkpoints: str | None = None) -> InferencePolicy:
     """``cfg``'s policy, with ``workdir``'s newest checkpoint published (its parameters only:
-    no optimizer or training state is built or read) when one is given."""
+    no optimizer or training state is built or read) when one is given. ``checkpoints``:
+    another directory of the run's checkpoints to take it from (``WORKDIR/warmstart``: the
+    warm start's result)."""
     policy, params = build_inference(cfg)
     if not workdir:
         return policy
     from agentic_jax.rl.state import restore_params
 
+    source = checkpoints or workdir
     try:
-        params, step = restore_params(workdir, params, policy.state_shardings)
+        params, step = restore_params(source, params, policy.state_shardings)
     except FileNotFoundError:
         policy.close()
-        raise FileNotFoundError(f"--workdir={workdir!r}: no restorable checkpoint") from None
+        raise FileNotFoundError(f"{source!r}: no restorable checkpoint") from None
     publish(policy, params)
     return dataclasses.replace(policy, step=step)
 

@@ -4,6 +4,7 @@ refuses a checkpoint of another recipe."""
 
 import dataclasses
 import json
+import os
 import types
 
 import jax
@@ -102,3 +103,23 @@ def test_checkpoint_every_is_checked():
     config.warmstart.checkpoint_every = -1
     with pytest.raises(Exception, match="checkpoint_every"):
         read_config(config)
+
+
+def test_evaluate_reads_the_warm_start_result_after_rl_replaced_step_0(tmp_path):
+    """``evaluate --checkpoints=WORKDIR/warmstart`` scores the warm start's result exactly as the
+    run's own start did, after RL's checkpoints (keep=1) have removed step 0."""
+    from agentic_jax.evaluate import evaluate_checkpoint
+    from tests.train.train_testing import tiny_config, train
+
+    workdir = str(tmp_path / "run")
+    config = tiny_config(**{"warmstart.enabled": True, "warmstart.steps": 3,
+                            "warmstart.checkpoint_every": 2, "training.total_steps": 2,
+                            "checkpoint.every_steps": 1, "checkpoint.keep": 1})
+    summary = train(config, workdir, progress=False)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2"]
+    results = evaluate_checkpoint(None, workdir, checkpoints=os.path.join(workdir, "warmstart"),
+                                  modes=["tools"])
+    assert results["step"] == 3  # the warm start's last step
+    assert results["tools"] == summary["initial"]["tools"]
+    assert os.path.exists(os.path.join(workdir, "eval_test_warmstart.json"))
+    assert not os.path.exists(os.path.join(workdir, "eval_test.json"))
