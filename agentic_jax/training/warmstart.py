@@ -262,14 +262,15 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
             if on_step is not None:
                 on_step(i + 1, params,
                         {"metrics": m, "tokens": tokens, "examples": len(examples)})
+            # Waits for the step, so that the bar shows the real rate, not the dispatch's.
+            loss = float(m["policy_loss"])
+            bar.set_postfix(loss=f"{loss:.3f}")
+            first_loss = loss if i == 0 else first_loss
             if i % 20 == 0 or i == w.steps - 1:
                 metrics = {k: float(v) for k, v in jax.device_get(m).items()}
-                bar.set_postfix(loss=f"{metrics['policy_loss']:.3f}")
-                first_loss = metrics["policy_loss"] if i == 0 else first_loss
             if saver is not None and ((i + 1) % w.checkpoint_every == 0 or i + 1 == w.steps):
                 saver.save(params, opt_state, _Progress(
-                    i + 1, tokens, first_loss, float(m["policy_loss"]),
-                    time.perf_counter() - began), built)
+                    i + 1, tokens, first_loss, loss, time.perf_counter() - began), built)
     except BaseException:
         if saver is not None:
             saver.close(quiet=True)  # a save in flight finishes; this error stays the one raised
