@@ -91,9 +91,20 @@ class _Saver:
 
         path = os.path.join(self.directory, PROGRAMS_FILE)
 
+        def read() -> dict[str, str | None]:
+            try:
+                known = read_json(path)
+            except (OSError, ValueError) as err:
+                known = err
+            if not isinstance(known, dict):
+                logger.warning("warm start: %s is not a readable record of program outputs "
+                               "(%s); the programs run again", path, known)
+                return {}
+            return known
+
         def run(codes: list[str]) -> list[str | None]:
             # Process 0 decides, so that every host makes the same (collective) sandbox calls.
-            known = read_json(path) if agree(os.path.exists(path)) else {}
+            known = read() if agree(os.path.exists(path)) else {}
             missing = [c for c in dict.fromkeys(codes) if c not in known]
             if missing:
                 known.update(zip(missing, run_code(missing)))

@@ -123,3 +123,23 @@ def test_evaluate_reads_the_warm_start_result_after_rl_replaced_step_0(tmp_path)
     assert results["tools"] == summary["initial"]["tools"]
     assert os.path.exists(os.path.join(workdir, "eval_test_warmstart.json"))
     assert not os.path.exists(os.path.join(workdir, "eval_test.json"))
+
+
+def test_program_outputs_are_kept_and_a_damaged_record_runs_them_again(tmp_path):
+    saver = warmstart._Saver(str(tmp_path), every=1, digest="d")
+    ran = []
+
+    def run_code(codes):
+        ran.append(list(codes))
+        return [None if "bad" in c else f"out of {c}" for c in codes]
+
+    run = saver.remembered(run_code)
+    assert run(["a", "bad", "a"]) == ["out of a", None, "out of a"]
+    assert ran == [["a", "bad"]]
+    assert run(["bad", "b", "a"]) == [None, "out of b", "out of a"]  # only b is new
+    assert ran[-1] == ["b"]
+    ran.clear()
+    assert run(["a", "b"]) == ["out of a", "out of b"] and ran == []
+    (tmp_path / warmstart.PROGRAMS_FILE).write_text("{not json")
+    assert run(["a"]) == ["out of a"] and ran == [["a"]]
+    saver.close()
