@@ -46,9 +46,9 @@ def main(argv: list[str]) -> int:
     # Libraries log at WARNING and above; this package's own messages at INFO.
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("agentic_jax").setLevel(logging.INFO)
-    enable_compile_cache()  # what this run compiles, the next one loads
     try:
         distributed.initialize_from_flags()
+        enable_compile_cache()  # what this run compiles, the next one loads
         print(distributed.describe_devices(), flush=True)
         # After the runtime is initialised:
         from agentic_jax.episodes import rundir

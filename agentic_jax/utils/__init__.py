@@ -10,7 +10,6 @@ _EXPORTS = {
     "Restored": "agentic_jax.utils.checkpoint",
     "MetricsWriter": "agentic_jax.utils.metrics",
     "read_metrics": "agentic_jax.utils.metrics",
-    "default_cache_dir": "agentic_jax.utils.files",
     "enable_compile_cache": "agentic_jax.utils.compile_cache",
     "read_json": "agentic_jax.utils.files",
     "round_up": "agentic_jax.utils.files",

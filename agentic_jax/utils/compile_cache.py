@@ -7,8 +7,9 @@ a restarted server, a second recipe of the same model. On 2 CPU cores SmolLM2's 
 a minute or more to compile in every process without it.
 
 Where: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own variable), else ``xla/`` under the
-package's cache directory (`default_cache_dir`: ``$AGENTIC_JAX_CACHE``, ``$XDG_CACHE_HOME`` or
-``~/.cache``). ``AGENTIC_JAX_COMPILE_CACHE=0`` turns it off. JAX keeps only programs that took
+package's cache directory (``$AGENTIC_JAX_CACHE``, ``$XDG_CACHE_HOME/agentic_jax`` or
+``~/.cache/agentic_jax``, `agentic_jax.models.gguf_import.default_cache_dir`).
+``AGENTIC_JAX_COMPILE_CACHE=0`` turns it off. JAX keeps only programs that took
 at least a second to compile and evicts the least recently used past `MAX_BYTES`; a cache it
 cannot read or write is skipped with a warning, never an error. The cache runs code: like
 JAX's, it must not be a directory others can write to.
@@ -18,8 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-
-from agentic_jax.utils.files import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +34,8 @@ def enable_compile_cache() -> str | None:
     if os.environ.get("AGENTIC_JAX_COMPILE_CACHE", "1").strip().lower() in _OFF:
         return None
     import jax
+
+    from agentic_jax.models.gguf_import import default_cache_dir  # the package's cache
 
     directory = jax.config.jax_compilation_cache_dir
     if not directory:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,16 +22,6 @@ def write_json(path: str, obj: Any, *, allow_nan: bool = True) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, sort_keys=True, allow_nan=allow_nan)
     os.replace(tmp, path)
-
-
-def default_cache_dir() -> Path:
-    """The package's cache (models converted from GGUF in ``gguf/``, compiled programs in
-    ``xla/``): ``$AGENTIC_JAX_CACHE``, else ``$XDG_CACHE_HOME/agentic_jax``, else
-    ``~/.cache/agentic_jax``."""
-    if os.environ.get("AGENTIC_JAX_CACHE"):
-        return Path(os.environ["AGENTIC_JAX_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentic_jax"
 
 
 def read_json(path: str) -> Any:
