@@ -258,6 +258,25 @@ def test_evaluate_one_mode_scores_what_both_do(full_run):
         evaluate_checkpoint(None, workdir, modes=["both"])
 
 
+def test_evaluate_another_directory_of_checkpoints(full_run, tmp_path):
+    """``--checkpoints=DIR`` (e.g. WORKDIR/warmstart) takes the newest checkpoint from there,
+    with the run's config, and writes eval_<split>_<name>.json."""
+    import shutil
+
+    from agentic_jax.evaluate import evaluate_checkpoint
+
+    workdir, summary = full_run
+    kept = tmp_path / "kept"
+    shutil.copytree(os.path.join(workdir, "checkpoints"), kept)
+    results = evaluate_checkpoint(None, workdir, checkpoints=str(kept), modes=["tools"])
+    assert results["step"] == 4 and results["checkpoints"] == str(kept)
+    assert results["tools"] == summary["final"]["tools"]
+    assert os.path.exists(os.path.join(workdir, "eval_test_kept.json"))
+    with pytest.raises(FileNotFoundError, match="no restorable checkpoint"):
+        evaluate_checkpoint(None, workdir, checkpoints=str(tmp_path / "empty"),
+                            modes=["tools"])
+
+
 def test_evaluations_store_outcomes_and_compare_paired(full_run, tmp_path):
     """Each evaluation stores every problem's outcome by id; ``--compare`` pairs two of them:
     the accuracies it prints are the evaluations' own, and the counts add up."""

@@ -45,11 +45,20 @@ def _no_sandbox(sandbox, codes):
     raise AssertionError(f"the sandbox ran {len(codes)} programs again")
 
 
-def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp_path,
+@pytest.fixture(scope="module")
+def whole(smoke_run, tmp_path_factory):
+    """An uninterrupted warm start: its directory, parameters and metrics."""
+    run, state = smoke_run
+    directory = tmp_path_factory.mktemp("whole")
+    params, info = _train(run, state, directory)
+    return directory, _leaves(params), info
+
+
+def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, whole, tmp_path,
                                                                   monkeypatch):
     run, state = smoke_run
-    whole, whole_info = _train(run, state, tmp_path / "whole")
-    assert sorted(p.name for p in (tmp_path / "whole").iterdir() if p.name.isdigit()) == ["5"]
+    directory, expected, whole_info = whole
+    assert sorted(p.name for p in directory.iterdir() if p.name.isdigit()) == ["5"]
 
     steps = []
 
@@ -69,7 +78,7 @@ def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp
     steps.clear()
     resumed, info = _train(run, state, tmp_path / "cut", on_step=lambda s, p, i: steps.append(s))
     assert steps == [3, 4, 5]  # from step 2's checkpoint, the same batches as before
-    expected, got = _leaves(whole), _leaves(resumed)
+    got = _leaves(resumed)
     assert expected.keys() == got.keys()
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key], err_msg=str(key))
@@ -87,15 +96,14 @@ def test_a_stopped_warm_start_resumes_to_the_uninterrupted_result(smoke_run, tmp
     assert again_info["warmstart/loss"] == whole_info["warmstart/loss"]
 
 
-def test_a_checkpoint_of_another_recipe_is_refused(smoke_run, tmp_path):
+def test_a_checkpoint_of_another_recipe_is_refused(smoke_run, whole):
     run, state = smoke_run
-    _train(run, state, tmp_path)
     w = run.cfg.warmstart
     other = types.SimpleNamespace(
         cfg=dataclasses.replace(run.cfg, warmstart=dataclasses.replace(w, lr=w.lr / 2)),
         **{k: getattr(run, k) for k in ("policy", "row_multiple", "batch_sharding")})
     with pytest.raises(ConfigError, match="another recipe"):
-        _train(other, state, tmp_path)
+        _train(other, state, whole[0])
 
 
 def test_checkpoint_every_is_checked():
@@ -105,6 +113,7 @@ def test_checkpoint_every_is_checked():
         read_config(config)
 
 
+@pytest.mark.slow  # tests/train/test_train_run.py checks --checkpoints on the default suite
 def test_evaluate_reads_the_warm_start_result_after_rl_replaced_step_0(tmp_path):
     """``evaluate --checkpoints=WORKDIR/warmstart`` scores the warm start's result exactly as the
     run's own start did, after RL's checkpoints (keep=1) have removed step 0."""
