@@ -43,5 +43,6 @@ def enable_compile_cache() -> str | None:
         jax.config.update("jax_compilation_cache_dir", directory)
     if jax.config.jax_compilation_cache_max_size < 0:
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
-    logger.debug("compilation cache: %s", directory)
+    logger.info("compiled programs are kept in %s (AGENTIC_JAX_COMPILE_CACHE=0 turns it off)",
+                directory)
     return directory
