@@ -80,8 +80,11 @@ class _Saver:
         from agentic_jax.utils import Checkpointer
 
         self.digest = digest
-        self.checkpointer = Checkpointer(directory, every_steps=every, keep=1)
-        self.directory = self.checkpointer.directory
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        # Opened when the loop begins (`restore`): nothing is left open before that.
+        self._open = lambda: Checkpointer(self.directory, every_steps=every, keep=1)
+        self.checkpointer = None
 
     def remembered(self, run_code: Callable[[list[str]], list[str | None]]
                    ) -> Callable[[list[str]], list[str | None]]:
@@ -137,6 +140,7 @@ class _Saver:
         from agentic_jax.utils.checkpoint import NoRestorableCheckpoint
 
         like = self._state(params, opt_state, 0)
+        self.checkpointer = self.checkpointer or self._open()
         try:
             restored = self.checkpointer.restore_latest(to_pure(like), set_aside=True)
         except NoRestorableCheckpoint as err:
@@ -154,12 +158,15 @@ class _Saver:
         from agentic_jax.rl.state import to_pure
 
         meta = {**progress._asdict(), "recipe": self.digest, "examples": examples}
+        self.checkpointer = self.checkpointer or self._open()
         self.checkpointer.maybe_save(progress.step, to_pure(self._state(
             params, opt_state, progress.step)), meta, force=True)
 
     def close(self, quiet: bool = False) -> None:
         """Waits for a save in flight; ``quiet``: its error is logged, not raised (another one
         is on its way up)."""
+        if self.checkpointer is None:
+            return
         try:
             self.checkpointer.close()
         except Exception:  # noqa: BLE001 - reported; the first error propagates
