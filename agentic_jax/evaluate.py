@@ -216,24 +216,27 @@ def evaluate_checkpoint_on_benchmarks(
 def compare_evaluations(path_a: str, path_b: str) -> list[str]:
     """One line per mode both evaluations of a split ran, comparing their per-problem outcomes
     paired (`agentic_jax.evaluation.metrics.paired_outcomes`): B - A."""
-    import json
-
     from agentic_jax.evaluation.metrics import paired_outcomes
+    from agentic_jax.utils import read_json
 
-    def read(path: str) -> dict:
+    def outcomes_of(path: str) -> tuple[dict, object]:
         try:
-            with open(path) as f:
-                return json.load(f)
+            record = read_json(path)
         except (OSError, ValueError) as err:
             raise UserError(f"--compare: {path}: not a readable evaluation ({err})") from None
+        outcomes = record.get("outcomes") if isinstance(record, dict) else None
+        if not isinstance(outcomes, dict) or not all(isinstance(v, dict)
+                                                     for v in outcomes.values()):
+            raise UserError(f"--compare: {path}: no per-problem outcomes (an evaluation "
+                            "written before they were stored has none: evaluate again)")
+        return outcomes, record.get("samples")
 
-    a, b = read(path_a), read(path_b)
-    outcomes_a, outcomes_b = a.get("outcomes") or {}, b.get("outcomes") or {}
-    lines = []
-    if (a.get("samples"), b.get("samples")) != (1, 1) and outcomes_a and outcomes_b:
+    (outcomes_a, samples_a), (outcomes_b, samples_b) = outcomes_of(path_a), outcomes_of(path_b)
+    if (samples_a, samples_b) != (1, 1):
         raise UserError(f"--compare: expected one sample per problem in both (outcomes right "
-                        f"or wrong), got {a.get('samples')} and {b.get('samples')}; evaluate "
-                        "with --num_samples=1")
+                        f"or wrong), got {samples_a} and {samples_b}; evaluate with "
+                        "--num_samples=1")
+    lines = []
     for mode in (m for m in ("tools", "direct") if m in outcomes_a and m in outcomes_b):
         try:
             r = paired_outcomes(outcomes_a[mode], outcomes_b[mode])
@@ -245,8 +248,7 @@ def compare_evaluations(path_a: str, path_b: str) -> list[str]:
                      f"to {hi:+.3f}); right in A only {r.only_a}, in B only {r.only_b}, "
                      f"McNemar p = {r.p_value:.3g}")
     if not lines:
-        raise UserError("--compare: no mode holds per-problem outcomes in both files (an "
-                        "evaluation written before they were stored has none: evaluate again)")
+        raise UserError("--compare: the two files share no evaluated mode (tools / direct)")
     return lines
 
 

@@ -77,14 +77,10 @@ class _Saver:
     timeout on a loaded machine)."""
 
     def __init__(self, directory: str, every: int, digest: str):
-        from agentic_jax.utils import Checkpointer
-
-        self.digest = digest
+        self.digest, self.every = digest, every
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, exist_ok=True)
-        # Opened when the loop begins (`restore`): nothing is left open before that.
-        self._open = lambda: Checkpointer(self.directory, every_steps=every, keep=1)
-        self.checkpointer = None
+        self.checkpointer: Any = None  # a Checkpointer, opened by `restore` when the loop begins
 
     def remembered(self, run_code: Callable[[list[str]], list[str | None]]
                    ) -> Callable[[list[str]], list[str | None]]:
@@ -139,8 +135,10 @@ class _Saver:
         from agentic_jax.rl.state import from_pure, to_pure
         from agentic_jax.utils.checkpoint import NoRestorableCheckpoint
 
+        from agentic_jax.utils import Checkpointer
+
         like = self._state(params, opt_state, 0)
-        self.checkpointer = self.checkpointer or self._open()
+        self.checkpointer = Checkpointer(self.directory, every_steps=self.every, keep=1)
         try:
             restored = self.checkpointer.restore_latest(to_pure(like), set_aside=True)
         except NoRestorableCheckpoint as err:
@@ -155,10 +153,10 @@ class _Saver:
         return state.params, state.opt_state, _Progress(**fields)
 
     def save(self, params: Any, opt_state: Any, progress: _Progress, examples: str) -> None:
+        """After `restore`."""
         from agentic_jax.rl.state import to_pure
 
         meta = {**progress._asdict(), "recipe": self.digest, "examples": examples}
-        self.checkpointer = self.checkpointer or self._open()
         self.checkpointer.maybe_save(progress.step, to_pure(self._state(
             params, opt_state, progress.step)), meta, force=True)
 
@@ -264,8 +262,8 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
         order = batches(examples, batch_size, w.steps, cfg.seed)
         bar = tqdm(range(progress_.step, w.steps), desc="warm start", disable=not progress,
                    leave=False, initial=progress_.step, total=w.steps)
-        metrics = {"policy_loss": progress_.loss}
-        first_loss, tokens = progress_.first_loss, progress_.tokens
+        first_loss, last_loss, tokens = progress_.first_loss, progress_.loss, progress_.tokens
+        previous = None  # the step before this one's metrics (device arrays)
         began -= progress_.trained_s  # the time of earlier sessions counts
         for i in bar:
             rows = order[i]
@@ -280,15 +278,19 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
             if on_step is not None:
                 on_step(i + 1, params,
                         {"metrics": m, "tokens": tokens, "examples": len(examples)})
-            # Waits for the step, so that the bar shows the real rate, not the dispatch's.
-            loss = float(m["policy_loss"])
-            bar.set_postfix(loss=f"{loss:.3f}")
-            first_loss = loss if i == 0 else first_loss
-            if i % 20 == 0 or i == w.steps - 1:
-                metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+            if previous is not None:
+                # Waits for the previous step while this one runs: the bar shows the real
+                # rate, not the dispatch's, and the device never waits for the host.
+                bar.set_postfix(loss=f"{float(previous['policy_loss']):.3f}")
+            previous = m
+            if i == 0:
+                first_loss = float(m["policy_loss"])
             if saver is not None and ((i + 1) % w.checkpoint_every == 0 or i + 1 == w.steps):
+                last_loss = float(m["policy_loss"])
                 saver.save(params, opt_state, _Progress(
-                    i + 1, tokens, first_loss, loss, time.perf_counter() - began), built)
+                    i + 1, tokens, first_loss, last_loss, time.perf_counter() - began), built)
+        if previous is not None:
+            last_loss = float(previous["policy_loss"])
     except BaseException:
         if saver is not None:
             saver.close(quiet=True)  # a save in flight finishes; this error stays the one raised
@@ -296,7 +298,7 @@ def warm_start(run: Any, params: Any, *, progress: bool = True,
     if saver is not None:
         saver.close()
     tool_share = sum(e.uses_tool for e in examples) / len(examples)
-    return WarmStartResult(params, {"warmstart/loss": metrics["policy_loss"],
+    return WarmStartResult(params, {"warmstart/loss": last_loss,
                                     "warmstart/first_loss": first_loss,
                                     "warmstart/examples": float(len(examples)),
                                     "warmstart/tool_fraction": tool_share,

@@ -229,3 +229,36 @@ def test_paired_difference_interval_has_its_coverage():
         paired = paired_difference(np.isin(kinds, (0, 1)), np.isin(kinds, (0, 2)))
         held += paired.interval[0] <= truth <= paired.interval[1]
     assert 0.93 <= held / 2000 <= 0.975
+
+
+def test_compare_reads_two_evaluation_files_and_refuses_bad_ones(tmp_path):
+    import json
+
+    from agentic_jax.errors import UserError
+    from agentic_jax.evaluate import compare_evaluations
+
+    def write(name, record):
+        path = tmp_path / name
+        path.write_text(record if isinstance(record, str) else json.dumps(record))
+        return str(path)
+
+    ids = [f"p{i}" for i in range(200)]
+    a = write("a.json", {"samples": 1, "outcomes": {"tools": {
+        i: int(k < 32) for k, i in enumerate(ids)}}})
+    b = write("b.json", {"samples": 1, "outcomes": {"tools": {
+        i: int(k < 30 or 100 <= k < 110) for k, i in enumerate(ids)}}})
+    (line,) = compare_evaluations(a, b)
+    assert line.startswith("tools: 0.160 -> 0.200 on 200 problems: +0.040")
+    assert "in A only 2, in B only 10, McNemar p = 0.0386" in line
+    for bad, match in [("{not json", "not a readable evaluation"),
+                       ({"samples": 1, "outcomes": [1, 0]}, "no per-problem outcomes"),
+                       ({"samples": 1, "outcomes": {"tools": {"p0": "right"}}},
+                        "different problems"),
+                       ({"samples": 1, "outcomes": {"direct": {"p0": 1}}}, "share no"),
+                       ([1, 2], "no per-problem outcomes")]:
+        with pytest.raises(UserError, match=match):
+            compare_evaluations(a, write("bad.json", bad))
+    values = write("values.json", {"samples": 1, "outcomes": {"tools": {
+        i: "right" for i in ids}}})
+    with pytest.raises(UserError, match="one sample per problem"):
+        compare_evaluations(a, values)
