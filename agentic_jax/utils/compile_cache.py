@@ -9,7 +9,8 @@ a minute or more to compile in every process without it.
 Where: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own variable), else ``xla/`` under the
 package's cache directory (``$AGENTIC_JAX_CACHE``, ``$XDG_CACHE_HOME/agentic_jax`` or
 ``~/.cache/agentic_jax``, `agentic_jax.models.gguf_import.default_cache_dir`).
-``AGENTIC_JAX_COMPILE_CACHE=0`` turns it off. JAX keeps only programs that took
+``AGENTIC_JAX_COMPILE_CACHE=0`` turns it off (``$JAX_COMPILATION_CACHE_DIR``, when set, is
+JAX's own switch and stays on). JAX keeps only programs that took
 at least a second to compile and evicts the least recently used past `MAX_BYTES`; a cache it
 cannot read or write is skipped with a warning, never an error. The cache runs code: like
 JAX's, it must not be a directory others can write to.
