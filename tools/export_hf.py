@@ -82,7 +82,7 @@ def read_policy(checkpoints: Path, info: RunModel, step: int | None) -> tuple[Tr
     model state as a pure dict), whatever else the training state holds; parameters a
     checkpoint leaves out (the frozen base of a LoRA run) come from the run's model.path."""
     manager = ocp.CheckpointManager(checkpoints.absolute())
-    steps = sorted(manager.all_steps(read=True))
+    steps = sorted(manager.all_steps())  # a new manager has just read the directory
     if not steps:
         raise FileNotFoundError(f"{checkpoints}: no checkpoint steps")
     if step is None:

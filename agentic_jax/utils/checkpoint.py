@@ -89,7 +89,9 @@ class Checkpointer:
         _quiet_orbax_tracebacks()
 
     def all_steps(self) -> list[int]:
-        return sorted(self._manager.all_steps(read=True))
+        """The steps on disk now (re-read: another process may have saved or removed one)."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
 
     def maybe_save(
         self, step: int, state: Any, meta: dict[str, Any], *, force: bool = False
@@ -157,7 +159,7 @@ class Checkpointer:
         else:
             state_args = ocp.args.StandardRestore(abstract)
         failed: list[tuple[int, str]] = []
-        for step in sorted(self._manager.all_steps(read=True), reverse=True):
+        for step in sorted(self._manager.all_steps(), reverse=True):  # reloaded above
             try:
                 restored = self._manager.restore(
                     step, args=ocp.args.Composite(state=state_args, meta=ocp.args.JsonRestore()))
