@@ -81,6 +81,10 @@ class Checkpointer:
             max_to_keep=keep,
             enable_async_checkpointing=async_save,
             create=True,
+            # The step's temporary directory is made before its writes start, not by a future
+            # of its own: a save that fails at once then leaves no directory-making future
+            # behind to recreate what `_save_failed` has just removed.
+            async_options=ocp.options.AsyncOptions(create_directories_asynchronously=False),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._async = async_save
