@@ -35,6 +35,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentic_jax.commands import variants_usage
+from agentic_jax.config.command_line import parse_flags
 from agentic_jax.errors import USER_ERRORS, UserError
 from agentic_jax.evaluation import markdown_table
 from agentic_jax.utils.compile_cache import enable_compile_cache
@@ -305,4 +306,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     __doc__ += variants_usage()  # absl's --help prints the main module's docstring
-    app.run(lambda argv: sys.exit(main(argv)))
+    app.run(lambda argv: sys.exit(main(argv)), flags_parser=parse_flags)

@@ -6,14 +6,14 @@ r"""The main job: RL of a tool-using math policy.
 
 With no workdir the run goes to ``runs/<timestamp>`` (printed first). Rerunning on the same
 workdir resumes from its newest checkpoint with the run's recorded config (``DIR/config.json``;
-``--config.*`` flags still override it; ``--config`` may then be left out).
+``--config`` may then be left out; ``--config.*`` flags override it beside any ``--config``,
+e.g. the recipe's, since the recorded config stays the base).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import time
 
@@ -22,6 +22,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from agentic_jax.commands import variants_usage
+from agentic_jax.config.command_line import parse_flags
 from agentic_jax.errors import USER_ERRORS
 from agentic_jax.parallel import distributed
 from agentic_jax.utils.compile_cache import enable_compile_cache
@@ -85,23 +86,8 @@ def _print_summary(s: dict) -> None:
         flush=True)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's parse, with bad flags reported as one `error:` line and exit code 2."""
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except AttributeError as err:
-        # An override of a field the config does not have.
-        overrides = [a for a in argv[1:] if a.startswith("--config.")]
-        hint = " ".join(re.sub(r"\\n|[\\'\"]", " ", str(err)).split())
-        print(f"error: unknown config field in {' '.join(overrides)}: {hint}", file=sys.stderr)
-        sys.exit(2)
-
-
 def run() -> None:
-    app.run(lambda argv: sys.exit(main(argv)), flags_parser=_parse_flags)
+    app.run(lambda argv: sys.exit(main(argv)), flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

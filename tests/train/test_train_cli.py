@@ -47,6 +47,30 @@ def test_bad_input_is_one_line_and_leaves_the_workdir_alone(tmp_path, flags, nam
     assert sorted(os.listdir(workdir)) == ["notes.txt"] and keep.read_text() == "mine"
 
 
+@pytest.mark.parametrize("command", ["agentic_jax.train", "agentic_jax.evaluate"])
+def test_an_override_without_a_config_file_says_what_to_add(tmp_path, command):
+    # On a run directory --config may be left out, but its --config.* flags exist only beside
+    # one: the error names the flag and the fix, not absl's "unknown command line flag".
+    from agentic_jax.episodes import rundir
+    from configs.math_ppo import get_config
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    rundir.record_config(str(workdir), get_config("smoke"), num_params=1)
+    before = (workdir / "config.json").read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", command, f"--workdir={workdir}", "--config.data.eval_size=9"],
+        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: --config.data.eval_size needs --config=FILE beside it (on a run directory the "
+        "run's recorded config stays the base and the flags apply on top, so the recipe it ran "
+        "serves, e.g. --config=configs/math_ppo.py:smollm2-135m-gsm8k)"]
+    assert (workdir / "config.json").read_bytes() == before
+    assert sorted(os.listdir(workdir)) == ["config.json"]
+
+
 def test_resuming_with_another_model_is_refused(tmp_path):
     from agentic_jax.episodes import rundir
     from configs.math_ppo import get_config
