@@ -30,9 +30,10 @@ Variants (the string after ``:``):
                 instead of every weight, at 10x the learning rates (warm start 1e-3, RL 5e-5):
                 held-out code use 0.00 -> 1.00, accuracy with tools 0.12 -> 1.00 for seed 0,
                 an RL step's peak 3.4 GB against full fine-tuning's 5.0 GB (README).
-  smollm2-135m-gsm8k  SmolLM2 on GSM8K with Python: a warm start on programs made from the
-                training solutions' calculator steps, then GRPO on the other training problems;
-                greedy held-out evaluation on all 1,319 test problems (docs/gsm8k.md).
+  smollm2-135m-gsm8k  SmolLM2 on GSM8K with Python: a warm start on 6,400 programs made from
+                the training solutions' calculator steps, then 12 GRPO steps with dynamic
+                sampling on the other training problems; greedy held-out evaluation on all
+                1,319 test problems (docs/gsm8k.md).
   qwen2.5-1.5b  paper-scale reference values (FSDP over all devices, remat, grad accumulation 2).
   qwen2.5-7b    the same at 7B.
 
@@ -419,12 +420,18 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.data.eval_size = 1319  # GSM8K's whole test split, before and after RL
     c.data.decontaminate = True  # training problems sharing a 13-gram with a test one go
     c.warmstart.disjoint = True  # RL never sees a warm-start problem
-    c.warmstart.steps = 100
+    # 6,400 of the 7,014 converted programs (the warm start's data is what moves this model:
+    # 400 examples 0.053, 1,600 0.087 on all 1,319); RL draws from the other 1,069 problems.
+    c.warmstart.steps = 800
     c.warmstart.batch_size = 8
     c.warmstart.tool_fraction = 1.0
-    c.warmstart.checkpoint_every = 50  # all 7,014 programs take hours on 2 CPU cores
+    c.warmstart.checkpoint_every = 50  # about two hours on 2 CPU cores: it resumes exactly
     c.rl.group_size = 8  # rare successes on word problems: more samples per prompt
-    _grpo_one_update(c, prompts=4, steps=30, lr=2e-6, max_length=512)
+    # Dynamic sampling: only groups with a right and a wrong answer carry a gradient; draw up
+    # to 4x the prompts a step to find them.
+    c.rl.accuracy_band = (0.1, 0.9)
+    c.rl.max_oversample = 4.0
+    _grpo_one_update(c, prompts=4, steps=12, lr=5e-6, max_length=512)
     c.checkpoint.every_steps = 5
 
 

@@ -489,6 +489,8 @@ def ours_config(spec: dict[str, Any]):
         "warmstart.enabled": False,
         "rl.group_size": spec["samples"],
         "rl.kl_coef": 0.0,
+        "rl.accuracy_band": (0.0, 1.0),  # one batch of P prompts, as TRL's: no dynamic sampling
+        "rl.max_oversample": 1.0,
         "training.warmup_steps": 0,
         "model.dtype": "float32",
         "model.param_dtype": "float32",

@@ -107,3 +107,14 @@ def test_a_ratio_is_withheld_when_the_machine_was_not_shared_alike():
     text = "\n".join(bench.report((4, 4), 128, trl, ours, 500.0,
                                   bench.FlopModel.from_hf_config(SMOLLM2)))
     assert "step: agentic_jax vs TRL GRPOTrainer: ratio withheld" in text
+
+
+def test_our_side_draws_one_batch_as_trl_does():
+    # The GSM8K recipe samples dynamically (up to 4x the prompts a step); the benchmark's step
+    # is one batch of P prompts x S samples on both sides, the recipe's GRPO otherwise.
+    config, overrides = bench.ours_config({"prompts": 8, "samples": 4, "total_steps": 3,
+                                           "seed": 0, "prefix_caching": 1})
+    assert tuple(config.rl.accuracy_band) == (0.0, 1.0) and config.rl.max_oversample == 1.0
+    assert (config.training.batch_size, config.rl.group_size, config.rl.algorithm) == (8, 4,
+                                                                                      "grpo")
+    assert not config.warmstart.enabled and overrides["rl.max_oversample"] == 1.0
