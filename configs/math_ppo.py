@@ -426,7 +426,7 @@ def _smollm2_gsm8k(c: ml_collections.ConfigDict) -> None:
     c.warmstart.steps = 800
     c.warmstart.batch_size = 8
     c.warmstart.tool_fraction = 1.0
-    c.warmstart.checkpoint_every = 50  # about two hours on 2 CPU cores: it resumes exactly
+    c.warmstart.checkpoint_every = 50  # 1-2 hours on 2 CPU cores: it resumes exactly
     c.rl.group_size = 8  # rare successes on word problems: more samples per prompt
     # Dynamic sampling: only groups with a right and a wrong answer carry a gradient; draw up
     # to 4x the prompts a step to find them.

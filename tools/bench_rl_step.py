@@ -54,6 +54,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -472,6 +473,14 @@ def trl_main(conn: Any, spec: dict[str, Any]) -> None:
     _child(TRL_NAME, conn, spec, _trl)
 
 
+def recipe_command(overrides: dict[str, Any]) -> str:
+    """The train command of our side, each flag quoted for the shell ("(0.0, 1.0)" holds a
+    space)."""
+    flags_ = [f"--config={RECIPE.relative_to(ROOT)}:{VARIANT}",
+              *(f"--config.{k}={v}" for k, v in overrides.items())]
+    return "python -m agentic_jax.train " + " ".join(map(shlex.quote, flags_))
+
+
 def ours_config(spec: dict[str, Any]):
     """The recipe's config for this benchmark, and the overrides applied to it (dotted keys)."""
     import importlib.util
@@ -585,9 +594,7 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
                 rows.append({"id": p.id, "question": p.question, "answer": p.answer,
                              "prompt_ids": list(run.policy.make_prompt(p, False))})
         c = run.cfg
-        describe = (f"python -m agentic_jax.train --config={RECIPE.relative_to(ROOT)}:{VARIANT} "
-                    + " ".join(f"--config.{k}={v}" for k, v in overrides.items())
-                    + f" (rl.algorithm={c.rl.algorithm}, ppo_epochs={c.training.ppo_epochs}, "
+        describe = (recipe_command(overrides) + f" (rl.algorithm={c.rl.algorithm}, ppo_epochs={c.training.ppo_epochs}, "
                     f"minibatches={c.training.minibatches}, micro_batches="
                     f"{c.training.micro_batches}, rollout.num_slots={config.rollout.num_slots}; "
                     f"each episode capped at its prompt + {new_tokens} tokens, direct-answer "

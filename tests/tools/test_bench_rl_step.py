@@ -118,3 +118,15 @@ def test_our_side_draws_one_batch_as_trl_does():
     assert (config.training.batch_size, config.rl.group_size, config.rl.algorithm) == (8, 4,
                                                                                       "grpo")
     assert not config.warmstart.enabled and overrides["rl.max_oversample"] == 1.0
+
+
+def test_our_sides_printed_command_survives_the_shell():
+    import shlex
+
+    _, overrides = bench.ours_config({"prompts": 4, "samples": 4, "total_steps": 3, "seed": 0,
+                                      "prefix_caching": 1})
+    argv = shlex.split(bench.recipe_command(overrides))
+    assert argv[:4] == ["python", "-m", "agentic_jax.train",
+                        "--config=configs/math_ppo.py:smollm2-135m-gsm8k"]
+    assert "--config.rl.accuracy_band=(0.0, 1.0)" in argv  # one argument, space and all
+    assert len(argv) == 4 + len(overrides)
