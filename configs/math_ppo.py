@@ -162,6 +162,10 @@ def _default() -> ml_collections.ConfigDict:
     c.rollout.kv_cache_mb = 0.0  # ... or a budget in MiB for K and V of all layers
     c.rollout.decode_steps = 32  # decode steps per device round trip
     c.rollout.prefill_chunk = 256  # prompt tokens one sequence prefills per engine step
+    # Tokens one engine step may process, decode first: the running rows' next tokens, then
+    # prefill chunks cut to what is left (EngineConfig.step_tokens; must exceed num_slots x
+    # (1 + speculative_tokens)). 0: 2048, or more where the slots need it.
+    c.rollout.step_tokens = 0
     c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
     # What the engine computes and keeps its KV cache in: auto (model.dtype) | bfloat16 (a
     # float32 policy sampled in bfloat16: a SmolLM2-135M decode step 83 -> 51 ms on CPU; the

@@ -172,6 +172,13 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
     r, ro = config.rl, config.rollout
     sampling = read_group(SamplingParams, ro, "rollout")
     staleness = read_group(StalenessConfig, ro, "rollout")
+    # 0: one slot per episode of a step (every host rolls out its share of them)
+    num_slots = int(ro.num_slots) or max(1, training.batch_size * rl.group_size
+                                         // _processes())
+    # 0: 2048, or room for every slot's decode step and one prefill chunk beside it.
+    step_tokens = int(ro.get("step_tokens", 0)) or max(
+        2048, num_slots * (int(ro.get("speculative_tokens", 0)) + 1)
+        + int(ro.get("prefill_chunk", 256)))
     return RunConfig(
         seed=int(config.seed),
         model=model,
@@ -195,9 +202,7 @@ def read_config(config: ml_collections.ConfigDict) -> RunConfig:
         sampling=sampling,
         engine=read_group(
             EngineConfig, ro, "rollout", sampling=sampling, max_seq_len=training.max_length,
-            # 0: one slot per episode of a step (every host rolls out its share of them)
-            num_slots=int(ro.num_slots) or max(1, training.batch_size * rl.group_size
-                                               // _processes()),
+            num_slots=num_slots, step_tokens=step_tokens,
             kv_pages=int(ro.kv_pages) or None, kv_cache_mb=float(ro.kv_cache_mb) or None,
             layer_arrays=_on_off_auto(ro.get("layer_arrays", "auto"), "rollout.layer_arrays")),
         eval_temperature=float(config.rollout.eval_temperature),

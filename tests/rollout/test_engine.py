@@ -74,6 +74,9 @@ def test_sampled_tokens_are_the_cache_free_forwards_draws(model, baseline):
                  list(range(9, -1, -1)), marks=pytest.mark.slow),
     # A pool a little over one sequence: preemption on almost every step.
     (EngineConfig(num_slots=4, page_size=4, kv_pages=26, decode_steps=8), None),
+    # A step budget of 7 beside 4 decoding slots: prefill chunks of 3 to 7 tokens, cut
+    # mid-page, written while the others decode.
+    (EngineConfig(num_slots=4, page_size=4, decode_steps=3, step_tokens=7), None),
 ])
 def test_tokens_do_not_depend_on_scheduling(model, baseline, cfg, order):
     events, engine = _run(model, cfg, order=order)

@@ -370,7 +370,7 @@ def test_prefix_cache_serves_shared_prompt_prefixes_and_keeps_their_pages():
 
 def test_prefix_cache_keeps_no_decoded_pages_and_nothing_from_old_weights():
     scheduler, _ = _scheduler(num_slots=1, prefix_caching=True, prefill_chunk=4,
-                              prefill_tokens_per_step=4)
+                              step_tokens=4)
     long_prompt = SHARED + [15, 16, 17, 18]
     scheduler.submit(_request(0, long_prompt, new=12, pause=_pause_after(3)))
     _run(scheduler)
@@ -438,3 +438,44 @@ def test_prefix_cache_evicts_least_recently_used_leaves_only():
     pool.release(c)
     cache.clear()
     assert pool.num_free == 8 and cache.match([5, 5, 6, 6], 4) == [] and cache.epoch == 1
+
+
+def test_decode_first_a_long_prompt_is_written_in_what_the_running_rows_leave():
+    # step_tokens 8 with 2 slots: a running row takes 1 token of each step, prefill the rest.
+    scheduler, runner = _scheduler(num_slots=2, step_tokens=8, decode_steps=1)
+    scheduler.submit(_request(0, [3, 4], new=30))
+    scheduler.step()                  # nothing running: its context (all but the last token)
+    assert runner.prefilled == [[3]]
+    long_prompt = list(range(11, 35))                 # 24 tokens
+    scheduler.submit(_request(1, long_prompt, new=4))
+    decoded_before = len(scheduler.seqs[0].tokens)
+    writes = []
+    while scheduler.seqs[1].length < scheduler.seqs[1].context_len:
+        before = len(runner.prefilled)
+        scheduler.step()
+        writes.append(sum(len(c) for c in runner.prefilled[before:]))
+    # 23 context tokens, 7 a step (8 less the running row's 1), the last chunk what is left;
+    # the running row decoded once in every one of those steps.
+    assert writes == [7, 7, 7, 2]
+    assert len(scheduler.seqs[0].tokens) == decoded_before + len(writes)
+    events = {e.request_id: e.tokens for e in _run(scheduler)}
+    assert events == {0: _expected(0, [3, 4], 30), 1: _expected(1, long_prompt, 4)}
+    _assert_empty(scheduler)
+
+
+def test_prefill_chunks_hold_at_most_the_budget():
+    from agentic_jax.rollout.engine.page_manager import prefill_chunks
+
+    scheduler, _ = _scheduler(num_slots=3, prefill_chunk=8, prefill_rows=3)
+    for rid in range(3):
+        scheduler.submit(_request(rid, list(range(20 + rid, 40 + rid)), new=2))
+    scheduler._admit()
+    jobs = prefill_chunks(scheduler.slots, 8, 3, budget=11)
+    assert [len(chunk.tokens) for _, chunk in jobs] == [8, 3]
+    assert [len(chunk.tokens) for _, chunk in prefill_chunks(scheduler.slots, 8, 3)] == [8] * 3
+
+
+def test_step_tokens_must_leave_prefill_room():
+    with pytest.raises(ValueError, match=r"step_tokens must exceed .* = 40"):
+        EngineConfig(num_slots=8, speculative_tokens=4, step_tokens=40)
+    EngineConfig(num_slots=8, speculative_tokens=4, step_tokens=41)

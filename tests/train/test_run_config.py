@@ -74,6 +74,7 @@ def test_unknown_variant():
     ("rollout.page_size", 0),
     ("rollout.num_slots", -2),
     ("rollout.kv_pages", -1),
+    ("rollout.step_tokens", 32),   # the 32 slots' decode step leaves prefill nothing
     ("rollout.attention_impl", "cuda"),
     ("environment.tool_mode", "sometimes"),
     ("environment.timeout", 0),
@@ -107,6 +108,13 @@ def test_bad_value_is_one_error_naming_the_field(field, value):
     message = str(err.value)
     assert message.startswith(field), message
     assert "\n" not in message
+
+
+def test_step_tokens_zero_makes_room_for_every_slot():
+    assert read_config(tiny_config()).engine.step_tokens == 2048
+    cfg = read_config(tiny_config(**{"rollout.num_slots": 4096, "rollout.prefill_chunk": 64}))
+    assert cfg.engine.step_tokens == 4096 + 64
+    assert read_config(tiny_config(**{"rollout.step_tokens": 99})).engine.step_tokens == 99
 
 
 def test_packing_needs_token_mean_aggregation():

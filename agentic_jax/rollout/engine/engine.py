@@ -162,9 +162,9 @@ class Engine:
         return self.scheduler.has_work
 
     def step(self) -> list[Event]:
-        """Admits queued requests into free slots, runs prefill chunks (up to
-        ``prefill_tokens_per_step`` context tokens) and one decode round trip (up to
-        ``decode_steps`` tokens per slot); returns the sequences that left a slot."""
+        """Admits queued requests into free slots, runs prefill chunks (what the running
+        rows leave of ``step_tokens``) and one decode round trip (up to ``decode_steps``
+        tokens per slot); returns the sequences that left a slot."""
         return self.scheduler.step()
 
     def run(self) -> list[Event]:

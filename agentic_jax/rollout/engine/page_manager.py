@@ -190,26 +190,32 @@ def choose_victim(seqs: Iterable[Seq], spare: Seq | None = None) -> Seq | None:
     return max(candidates, key=lambda s: s.order) if candidates else None
 
 
-def prefill_chunks(slots: Sequence[Seq | None], chunk_size: int, max_rows: int
-                   ) -> list[tuple[Prefix | Seq, PrefillChunk]]:
+def prefill_chunks(slots: Sequence[Seq | None], chunk_size: int, max_rows: int,
+                   budget: int | None = None) -> list[tuple[Prefix | Seq, PrefillChunk]]:
     """(what is written, its next chunk) for up to ``max_rows`` contexts of prefilling slots; a
-    shared prefix is written once, whichever of its members are slotted."""
+    shared prefix is written once, whichever of its members are slotted. With ``budget``, the
+    chunks hold at most that many tokens together (the last one cut to fit)."""
     jobs, seen = [], set()
+    left = budget if budget is not None else max_rows * chunk_size
     for seq in slots:
+        if left <= 0:
+            break
         if seq is None or seq.state != PREFILL:
             continue
+        size = min(chunk_size, left)
         prefix = seq.prefix
         if prefix is not None:
             if prefix.complete or id(prefix) in seen:
                 continue
             seen.add(id(prefix))
             start = prefix.written
-            chunk = list(prefix.tokens[start:start + chunk_size])
+            chunk = list(prefix.tokens[start:start + size])
             jobs.append((prefix, PrefillChunk(chunk, start, prefix.pages)))
         else:
             start = seq.length
-            chunk = seq.tokens[start:min(seq.context_len, start + chunk_size)]
+            chunk = seq.tokens[start:min(seq.context_len, start + size)]
             jobs.append((seq, PrefillChunk(chunk, start, seq.pages)))
+        left -= len(chunk)
         if len(jobs) == max_rows:
             break
     return jobs

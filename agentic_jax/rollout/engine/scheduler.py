@@ -60,16 +60,18 @@ class Scheduler(SlotTable):
         self.cfg = dataclasses.replace(self.cfg, sampling=sampling)
 
     def step(self) -> list[Event]:
-        """Admits queued requests into free slots, runs prefill chunks and one decode round
-        trip; returns the sequences that left a slot."""
+        """Admits queued requests into free slots, prefills into what the running rows leave
+        of the step's token budget (decode first), then one decode round trip; returns the
+        sequences that left a slot."""
         self._admit()
-        budget = self._prefill_within(self.cfg.prefill_tokens_per_step)
+        full = self._prefill_budget()
+        budget = self._prefill_within(full)
         if self.pages.cache is not None and self.waiting and None in self.slots:
             # Requests held back while another slot prefilled their first page now read it
             # from the cache.
             self._admit()
             budget = self._prefill_within(budget)
-        prefilled = budget < self.cfg.prefill_tokens_per_step
+        prefilled = budget < full
         decoded = self._run_decode()
         if not (prefilled or decoded) and self._any_slotted():
             # Slotted sequences wait for pages that others hold (a fork's copy page).
@@ -85,11 +87,17 @@ class Scheduler(SlotTable):
         self.stats.pages_in_use_sum += self.pages.pool.in_use
         return events
 
+    def _prefill_budget(self) -> int:
+        """Decode first: what the running rows' next decode step leaves of ``step_tokens``
+        (at least one token: the config keeps the slots' share below the budget)."""
+        running = sum(1 for s in self.slots if s is not None and s.state == RUNNING)
+        return self.cfg.step_tokens - running * (self.cfg.speculative_tokens + 1)
+
     def _prefill_within(self, budget: int) -> int:
         """Prefill chunks until ``budget`` context tokens are written or none is left;
         returns the budget left."""
         while budget > 0:
-            written = self._run_prefill()
+            written = self._run_prefill(budget)
             if not written:
                 break
             budget -= written
@@ -152,13 +160,14 @@ class Scheduler(SlotTable):
 
     # ------------------------------------------------------------------ device calls
 
-    def _run_prefill(self) -> int:
-        """One chunk for up to prefill_rows contexts; returns the tokens written (0: none)."""
+    def _run_prefill(self, budget: int) -> int:
+        """One chunk for up to prefill_rows contexts, ``budget`` tokens at most; returns the
+        tokens written (0: none)."""
         for seq in self.slots:  # a fork that found no page for its copy tries again
             if seq is not None and seq.state == PREFILL and seq.prefix is not None:
                 self._start_if_ready(seq)
         self._flush_copies()
-        jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows)
+        jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows, budget)
         if not jobs:
             return 0
         t0 = time.perf_counter()

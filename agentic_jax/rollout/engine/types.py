@@ -61,8 +61,12 @@ class EngineConfig:
       returns early when a slot finishes while requests wait.
     prefill_chunk: context tokens one sequence prefills per engine step (chunked prefill).
     prefill_rows: sequences prefilled together in one prefill call.
-    prefill_tokens_per_step: prefill calls per step continue until this many context tokens
-      are written (or none is left), then the step decodes.
+    step_tokens: the token budget of one engine step, decode first (vLLM's chunked-prefill
+      scheduling): each running row's next decode step (1 + speculative_tokens tokens) comes
+      out of it, and prefill chunks fill what is left, cut to fit, so a long prompt arriving
+      while others decode is written over several steps instead of holding every running row
+      behind one long prefill. It must exceed num_slots x (1 + speculative_tokens), so
+      prefill always has room; a step with none running prefills up to the whole budget.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
     dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
       "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
@@ -105,7 +109,7 @@ class EngineConfig:
     decode_steps: int = 32
     prefill_chunk: int = 256
     prefill_rows: int = 4
-    prefill_tokens_per_step: int = 2048
+    step_tokens: int = 2048
     attention_impl: str = "auto"
     dtype: str = "auto"
     sampling: SamplingParams = SamplingParams()
@@ -116,9 +120,14 @@ class EngineConfig:
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
-                     "prefill_rows", "prefill_tokens_per_step"):
+                     "prefill_rows", "step_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        decode_tokens = self.num_slots * (self.speculative_tokens + 1)
+        if self.step_tokens <= decode_tokens:
+            raise ValueError(f"step_tokens must exceed what the decode slots take of a step, "
+                             f"num_slots x (1 + speculative_tokens) = {decode_tokens}, so that "
+                             f"prefill always has room; got {self.step_tokens}")
         if self.kv_pages is not None and self.kv_cache_mb is not None:
             raise ValueError("kv_pages: give kv_pages or kv_cache_mb, not both")
         if self.kv_pages is not None and self.kv_pages <= 0:
