@@ -2,13 +2,17 @@
 waits while long ones run, and the total throughput, at several numbers of concurrent clients.
 
     python tools/bench_serve.py [--clients=1,8,32] [--long_tokens=64] [--short_tokens=4]
+                                [--long_prompt_tokens=0] [--step_tokens=0]
                                 [--baseline=PATH_TO_OTHER_CHECKOUT] [--workdir=RUN]
 
 Serves the built-in tiny model as built (configs/math_ppo.py:smoke, greedy, so every request
 runs to its token limit) on a loopback uvicorn server, or ``--workdir``'s policy. First the
 solo latency of a short request (nothing else running); then, for each client count C, C
 clients each send ``--rounds`` requests back to back, every fourth of them long (the clients
-are staggered, so long ones run all the time). Prints, per C: short-request p50 / p99 latency,
+are staggered, so long ones run all the time); with ``--long_prompt_tokens=N`` a long request
+also carries about N tokens of context before its question, so its prefill is long too (the
+run's ``max_length`` grows to hold it). ``--step_tokens`` sets the engine's per-step token
+budget (`EngineConfig.step_tokens`, decode first) where the package has one. Prints, per C: short-request p50 / p99 latency,
 p99 over the solo latency, and completion tokens/s over all requests. Then, with
 ``--heavy=N``, fairness: one client (its own API key) keeps N long requests in flight while
 another sends ``--rounds`` short ones back to back; prints the light client's p50 / p99 beside
@@ -38,7 +42,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _policy(workdir: str | None):
+def _policy(workdir: str | None, *, max_length: int = 0, step_tokens: int = 0):
     from agentic_jax.serve import load_policy
     from configs.math_ppo import get_config
 
@@ -47,7 +51,21 @@ def _policy(workdir: str | None):
     config = get_config("smoke")
     config.warmstart.enabled = False
     config.environment.num_workers = 1
+    config.training.max_length = max(config.training.max_length, max_length)
+    if step_tokens and "step_tokens" in config.rollout:   # a package without it: its own way
+        config.rollout.step_tokens = step_tokens
     return load_policy(config, None).policy
+
+
+def _context(tokenizer, tokens: int) -> str:
+    """About ``tokens`` tokens of filler context (numbers) for a long request's prompt."""
+    if tokens <= 0:
+        return ""
+    words, text = [], ""
+    while len(tokenizer.encode(text)) < tokens:
+        words += [str((37 * j) % 1000) for j in range(len(words), len(words) + 16)]
+        text = "Data: " + " ".join(words) + ".\n"
+    return text
 
 
 def _serve(policy, limits):
@@ -122,12 +140,13 @@ def _burst(url: str, heavy: int, rounds: int, long_tokens: int, short_tokens: in
     return {**figures("light", light), **figures("heavy", heavy_out), "heavy_in_flight": heavy}
 
 
-def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: int) -> dict:
+def _mixed(url: str, clients: int, rounds: int, long_tokens: int, short_tokens: int,
+           context: str = "") -> dict:
     """C clients, each ``rounds`` requests back to back; request r of client c is long when
     (r + c) % 4 == 0. The clients run in a process of their own (`_client_load`), as clients
     of a server do: client threads inside the server's process would take its interpreter
     lock and its cores from the worker."""
-    job = json.dumps([url, clients, rounds, long_tokens, short_tokens])
+    job = json.dumps([url, clients, rounds, long_tokens, short_tokens, context])
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--_client_load", job],
                           check=True, capture_output=True, text=True)
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -148,14 +167,15 @@ def _client_load(job: str) -> None:
 
     import httpx
 
-    url, clients, rounds, long_tokens, short_tokens = json.loads(job)
+    url, clients, rounds, long_tokens, short_tokens, context = json.loads(job)
 
     async def client(http, c: int) -> list:
         out = []
         for r in range(rounds):
             long = (r + c) % 4 == 0
-            body = {"messages": [{"role": "user", "content": f"What is {100 * c + r} + "
-                                                             f"{100 * c + r + 7}?"}],
+            question = f"What is {100 * c + r} + {100 * c + r + 7}?"
+            body = {"messages": [{"role": "user",
+                                  "content": (context if long else "") + question}],
                     "max_tokens": long_tokens if long else short_tokens, "temperature": 0}
             start = time.perf_counter()
             reply = await http.post(f"{url}/v1/chat/completions", json=body, timeout=1800)
@@ -180,7 +200,11 @@ def measure(args) -> dict:
     from agentic_jax.serve import ServeLimits
 
     clients = [int(c) for c in args.clients.split(",")]
-    policy = _policy(args.workdir)
+    # Room for the long prompt, the chat template and the tool loop's output beside it.
+    max_length = args.long_prompt_tokens + args.long_tokens + 128 if args.long_prompt_tokens \
+        else 0
+    policy = _policy(args.workdir, max_length=max_length, step_tokens=args.step_tokens)
+    context = _context(policy.tokenizer, args.long_prompt_tokens)
     limits = ServeLimits(max_batch_rows=max(clients), max_queue=4 * max(clients),
                          batch_wait_ms=0)
     url, service, server = _serve(policy, limits)
@@ -192,9 +216,9 @@ def measure(args) -> dict:
         out = {"solo_short_s": float(np.median(solo)), "clients": {}}
         for c in clients:
             for _ in range(2):                                      # the shapes C needs
-                _mixed(url, c, 4, args.long_tokens, args.short_tokens)
+                _mixed(url, c, 4, args.long_tokens, args.short_tokens, context)
             out["clients"][c] = _mixed(url, c, args.rounds, args.long_tokens,
-                                       args.short_tokens)
+                                       args.short_tokens, context)
         if args.heavy:  # once small first: the light client's prompts compile a shape
             _burst(url, 2, 2, args.long_tokens, args.short_tokens)
             out["burst"] = _burst(url, args.heavy, args.rounds, args.long_tokens,
@@ -237,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long_tokens", type=int, default=64)
     parser.add_argument("--short_tokens", type=int, default=4)
     parser.add_argument("--solo", type=int, default=8, help="solo short requests timed")
+    parser.add_argument("--long_prompt_tokens", type=int, default=0,
+                        help="context tokens before a long request's question (0: none)")
+    parser.add_argument("--step_tokens", type=int, default=0,
+                        help="the engine's per-step token budget (0: the config's)")
     parser.add_argument("--heavy", type=int, default=0,
                         help="long requests one client keeps in flight while another sends short "
                         "ones (0: no such phase)")
