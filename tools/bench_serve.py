@@ -2,11 +2,12 @@
 waits while long ones run, and the total throughput, at several numbers of concurrent clients.
 
     python tools/bench_serve.py [--clients=1,8,32] [--long_tokens=64] [--short_tokens=4]
-                                [--long_prompt_tokens=0] [--step_tokens=0]
+                                [--long_prompt_tokens=0] [--step_tokens=0] [--preset=P]
                                 [--baseline=PATH_TO_OTHER_CHECKOUT] [--workdir=RUN]
 
 Serves the built-in tiny model as built (configs/math_ppo.py:smoke, greedy, so every request
-runs to its token limit) on a loopback uvicorn server, or ``--workdir``'s policy. First the
+runs to its token limit; ``--preset`` another built-in size) on a loopback uvicorn server, or
+``--workdir``'s policy. First the
 solo latency of a short request (nothing else running); then, for each client count C, C
 clients each send ``--rounds`` requests back to back, every fourth of them long (the clients
 are staggered, so long ones run all the time); with ``--long_prompt_tokens=N`` a long request
@@ -42,18 +43,25 @@ import numpy as np
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _policy(workdir: str | None, *, max_length: int = 0, step_tokens: int = 0):
+def _policy(workdir: str | None, *, max_length: int = 0, step_tokens: int = 0,
+            preset: str = ""):
     from agentic_jax.serve import load_policy
     from configs.math_ppo import get_config
 
-    if workdir:
-        return load_policy(None, workdir).policy
-    config = get_config("smoke")
+    config = get_config() if workdir else get_config("smoke")
+    overrides = {}
+    if step_tokens and "step_tokens" in config.rollout:   # a package without it: its own way
+        overrides["rollout.step_tokens"] = step_tokens
+    if workdir:   # the run's recorded config (this package's defaults where it predates them)
+        if max_length:
+            overrides["training.max_length"] = max_length
+        return load_policy(config, workdir, overrides).policy
     config.warmstart.enabled = False
     config.environment.num_workers = 1
+    config.model.preset = preset or config.model.preset
     config.training.max_length = max(config.training.max_length, max_length)
-    if step_tokens and "step_tokens" in config.rollout:   # a package without it: its own way
-        config.rollout.step_tokens = step_tokens
+    for path, value in overrides.items():
+        config.rollout[path.split(".")[1]] = value
     return load_policy(config, None).policy
 
 
@@ -203,7 +211,8 @@ def measure(args) -> dict:
     # Room for the long prompt, the chat template and the tool loop's output beside it.
     max_length = args.long_prompt_tokens + args.long_tokens + 128 if args.long_prompt_tokens \
         else 0
-    policy = _policy(args.workdir, max_length=max_length, step_tokens=args.step_tokens)
+    policy = _policy(args.workdir, max_length=max_length, step_tokens=args.step_tokens,
+                     preset=args.preset)
     context = _context(policy.tokenizer, args.long_prompt_tokens)
     limits = ServeLimits(max_batch_rows=max(clients), max_queue=4 * max(clients),
                          batch_wait_ms=0)
@@ -269,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="long requests one client keeps in flight while another sends short "
                         "ones (0: no such phase)")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--preset", default="",
+                        help="a built-in model preset to serve as built (default: :smoke's); a "
+                        "larger one (tiny-16m) makes prefill cost what it does beside decode "
+                        "for a real model")
     parser.add_argument("--baseline", default=None,
                         help="another checkout of the package, measured first in a subprocess")
     parser.add_argument("--json", default=None, help="write the figures here")
