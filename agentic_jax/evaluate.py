@@ -3,7 +3,7 @@ r"""Evaluates a run's newest checkpoint on a split, with tools and without, or o
     python -m agentic_jax.evaluate --workdir=DIR [--split=test] [--num_samples=4] [--limit=256]
         [--modes=tools] [--config=configs/math_ppo.py] [--config.data.eval_size=512 ...]
     python -m agentic_jax.evaluate --workdir=DIR --checkpoints=DIR/warmstart [--modes=tools]
-    python -m agentic_jax.evaluate --compare=A/eval_test.json,B/eval_test.json
+    python -m agentic_jax.evaluate --compare=A/eval_test.json,B/eval_test.json[,A2/...,B2/...]
     python -m agentic_jax.evaluate --workdir=DIR --benchmarks=math500=PATH,aime24=PATH \
         [--num_samples=16 --temperature=0.6 --top_p=0.95] [--constrain_code]
 
@@ -13,7 +13,8 @@ pretrained model before training, e.g. ``--config=configs/math_ppo.py:smollm2-13
 split, writes ``DIR/eval_<split>.json``: accuracy with and without tools (``--modes``), pass@k (with
 ``--num_samples`` > 1), code-use rate, tool calls, response length, overall and per stage,
 and each problem's outcome by id; ``--compare`` reads two such files of the same problems and
-prints B - A with its paired 95% interval (Newcombe) and McNemar's exact p-value.
+prints B - A with its paired 95% interval (Newcombe) and McNemar's exact p-value; with several
+pairs (a recipe's seeds), also the gain pooled over them.
 With ``--benchmarks`` (local files in each benchmark's own layout), writes ``DIR/eval/``:
 ``<name>.json`` (avg@K, pass@1..K, maj@K with 95% intervals, per subject / level, usage),
 ``<name>.samples.jsonl``, ``summary.md`` and ``summary.png``; unset sampling flags take the
@@ -60,7 +61,8 @@ _TEMPERATURE = flags.DEFINE_float("temperature", None,
 _TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling on benchmarks (default eval.top_p).")
 _COMPARE = flags.DEFINE_list(
     "compare", [], "A.json,B.json: two evaluations of the same problems (eval_<split>.json) "
-    "compared paired, B - A with its 95% interval and McNemar's p; nothing is evaluated.")
+    "compared paired, B - A with its 95% interval and McNemar's p; more pairs (A2.json,B2.json, "
+    "...: seeds) add the gain pooled over them; nothing is evaluated.")
 _CHECKPOINTS = flags.DEFINE_string(
     "checkpoints", None, "On a split: evaluate the newest checkpoint of this directory of the "
     "run's (e.g. WORKDIR/warmstart, the warm start's result) instead of WORKDIR/checkpoints; "
@@ -214,9 +216,36 @@ def evaluate_checkpoint_on_benchmarks(
         policy.close()
 
 
-def compare_evaluations(path_a: str, path_b: str) -> list[str]:
+def compare_evaluations(*paths: str) -> list[str]:
     """One line per mode both evaluations of a split ran, comparing their per-problem outcomes
-    paired (`agentic_jax.evaluation.metrics.paired_outcomes`): B - A."""
+    paired (`agentic_jax.evaluation.metrics.paired_outcomes`): B - A. Several pairs (A1, B1,
+    A2, B2, ...: a recipe's seeds) give each pair's lines, then per mode the gain pooled over
+    the pairs (`pooled_paired_outcomes`)."""
+    from agentic_jax.evaluation.metrics import pooled_paired_outcomes
+
+    if len(paths) < 2 or len(paths) % 2:
+        raise UserError(f"--compare: expected pairs of files, A.json,B.json[,A2.json,B2.json"
+                        f"...], got {len(paths)}")
+    pairs = [_compare_pair(paths[i], paths[i + 1]) for i in range(0, len(paths), 2)]
+    lines = [line for pair_lines, _ in pairs for line in pair_lines]
+    if len(pairs) > 1:
+        for mode in ("tools", "direct"):
+            both = [outcomes for _, outcomes in pairs if mode in outcomes]
+            if len(both) != len(pairs):
+                continue
+            try:
+                r = pooled_paired_outcomes([outcomes[mode] for outcomes in both])
+            except ValueError as err:
+                raise UserError(f"--compare {mode}: {err}") from None
+            lo, hi = r.interval
+            lines.append(f"{mode}, pooled over {r.pairs} pairs on {r.n} problems: "
+                         f"{r.difference:+.3f} (95% interval over problems {lo:+.3f} to "
+                         f"{hi:+.3f})")
+    return lines
+
+
+def _compare_pair(path_a: str, path_b: str) -> tuple[list[str], dict]:
+    """`compare_evaluations` of one pair: its lines, and mode -> (outcomes A, outcomes B)."""
     from agentic_jax.evaluation.metrics import paired_outcomes
     from agentic_jax.utils import read_json
 
@@ -250,7 +279,8 @@ def compare_evaluations(path_a: str, path_b: str) -> list[str]:
                      f"McNemar p = {r.p_value:.3g}")
     if not lines:
         raise UserError("--compare: the two files share no evaluated mode (tools / direct)")
-    return lines
+    return lines, {mode: (outcomes_a[mode], outcomes_b[mode]) for mode in ("tools", "direct")
+                   if mode in outcomes_a and mode in outcomes_b}
 
 
 def main(argv: list[str]) -> int:
@@ -258,9 +288,6 @@ def main(argv: list[str]) -> int:
         print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
         return 2
     if _COMPARE.value:
-        if len(_COMPARE.value) != 2:
-            print("error: --compare: expected two files, A.json,B.json", file=sys.stderr)
-            return 2
         try:
             print("\n".join(compare_evaluations(*_COMPARE.value)))
         except UserError as err:

@@ -168,6 +168,37 @@ def paired_outcomes(a: Mapping[str, int], b: Mapping[str, int]) -> Paired:
     return paired_difference([bool(a[i]) for i in ids], [bool(b[i]) for i in ids])
 
 
+class Pooled(NamedTuple):
+    """B - A over several pairs of evaluations of the same problems (seeds of one recipe)."""
+
+    n: int            # problems
+    pairs: int        # pairs of evaluations
+    difference: float  # the mean over pairs of accuracy of b - accuracy of a
+    interval: tuple[float, float]  # 95%, over problems, the pairs held fixed
+
+
+def pooled_paired_outcomes(pairs: Sequence[tuple[Mapping[str, int], Mapping[str, int]]],
+                           z: float = 1.96) -> Pooled:
+    """`paired_outcomes` pooled over ``pairs`` (a, b) of evaluations of the same problems, e.g.
+    a recipe's warm start and RL result for each of its seeds: each problem's b - a is averaged
+    over the pairs, and the 95% interval is the normal one of the mean of those per-problem
+    differences. It says how far the problems drawn could move the mean gain of these runs,
+    not how far another seed's run could land (two or three seeds cannot measure that)."""
+    if not pairs:
+        raise ValueError("pooled comparison: expected at least one pair of evaluations")
+    ids = sorted(pairs[0][0])
+    diffs = []
+    for a, b in pairs:
+        paired_outcomes(a, b)      # the same problems in both, one 0 / 1 outcome each
+        if sorted(a) != ids:
+            raise ValueError("pooled comparison: the pairs hold different problems")
+        diffs.append([int(b[i]) - int(a[i]) for i in ids])
+    d = np.mean(np.asarray(diffs, float), axis=0)
+    mean = float(d.mean())
+    half = z * float(d.std(ddof=1)) / math.sqrt(d.size) if d.size > 1 else 1.0
+    return Pooled(int(d.size), len(pairs), mean, (max(-1.0, mean - half), min(1.0, mean + half)))
+
+
 def _interval(values: np.ndarray, resamples: np.ndarray) -> list[float]:
     """95% bootstrap interval of the mean of ``values`` [P] over ``resamples`` [B, P]."""
     means = values[resamples].mean(axis=1)

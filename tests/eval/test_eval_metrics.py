@@ -262,3 +262,44 @@ def test_compare_reads_two_evaluation_files_and_refuses_bad_ones(tmp_path):
         i: "right" for i in ids}}})
     with pytest.raises(UserError, match="one sample per problem"):
         compare_evaluations(a, values)
+
+
+def test_compare_pools_several_pairs_problem_by_problem(tmp_path):
+    import json
+
+    from agentic_jax.errors import UserError
+    from agentic_jax.evaluate import compare_evaluations
+    import numpy as np
+
+    from agentic_jax.evaluation.metrics import pooled_paired_outcomes
+
+    ids = [f"p{i}" for i in range(200)]
+
+    def write(name, right):
+        path = tmp_path / name
+        path.write_text(json.dumps({"samples": 1, "outcomes": {"tools": {
+            i: int(right(k)) for k, i in enumerate(ids)}}}))
+        return str(path)
+
+    # Seed 0 gains 8 problems (+0.04), seed 1 gains 2 (+0.01): pooled +0.025.
+    a0, b0 = write("a0.json", lambda k: k < 32), write("b0.json", lambda k: k < 40)
+    a1, b1 = write("a1.json", lambda k: k < 30), write("b1.json", lambda k: k < 32)
+    lines = compare_evaluations(a0, b0, a1, b1)
+    assert len(lines) == 3 and lines[0].startswith("tools: 0.160 -> 0.200")
+    assert lines[1].startswith("tools: 0.150 -> 0.160")
+    assert lines[2].startswith("tools, pooled over 2 pairs on 200 problems: +0.025 (95% "
+                               "interval over problems +0.010 to +0.040)")
+    # The interval is the normal one of the per-problem mean differences.
+    d = np.array([(k < 40) - (k < 32) + (k < 32) - (k < 30) for k in range(200)]) / 2
+    half = 1.96 * d.std(ddof=1) / np.sqrt(200)
+    outcomes = [(json.load(open(a))["outcomes"]["tools"], json.load(open(b))["outcomes"]["tools"])
+                for a, b in ((a0, b0), (a1, b1))]
+    pooled = pooled_paired_outcomes(outcomes)
+    assert (pooled.n, pooled.pairs) == (200, 2)
+    np.testing.assert_allclose(pooled.interval, (0.025 - half, 0.025 + half))
+    with pytest.raises(UserError, match="expected pairs of files"):
+        compare_evaluations(a0, b0, a1)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"samples": 1, "outcomes": {"tools": {"q0": 1}}}))
+    with pytest.raises(UserError, match="different problems"):
+        compare_evaluations(a0, b0, str(other), str(other))
