@@ -23,11 +23,14 @@ def _compiled():
     return pm.decode_jit._cache_size(), pm.prefill_jit._cache_size()
 
 
-@pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-cache"])
-def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching):
+@pytest.mark.parametrize("prefix_caching, step_tokens", [(True, 2048), (False, 2048), (True, 19)],
+                         ids=["prefix-cache", "no-cache", "chunks-cut-mid-page"])
+def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching,
+                                                                       step_tokens):
+    # step_tokens 19 beside 12 slots: prefill chunks cut to what decode leaves start mid-page.
     cfg = EngineConfig(num_slots=12, page_size=8, max_seq_len=64, decode_steps=4,
                        prefill_chunk=24, prefill_rows=2, prefix_caching=prefix_caching,
-                       sampling=SamplingParams(temperature=1.0))
+                       step_tokens=step_tokens, sampling=SamplingParams(temperature=1.0))
     engine = Engine(model, cfg)
     programs, seconds = engine.warmup()
     assert programs > 10 and seconds > 0
@@ -53,3 +56,28 @@ def test_warmup_refuses_an_engine_with_requests(model):
     engine.submit(Request(0, (3, 4), 4, jax.random.key(0)))
     with pytest.raises(RuntimeError, match="warm up before"):
         engine.warmup()
+
+
+def test_warmup_stops_short_of_the_memory_map_limit(model, monkeypatch, caplog):
+    """Each compiled program holds memory mappings (about 300 for XLA:CPU's engine programs);
+    past vm.max_map_count LLVM cannot map the next and the process dies, so the warm-up stops
+    while a quarter of the limit is left and says so."""
+    from agentic_jax.rollout.engine import runner
+
+    calls = []
+
+    def maps():   # 1,500 more mappings after each program, limit 10,000
+        calls.append(1)   # the first call is the warm-up's start, the second before program 1
+        return 1000 + 1500 * max(0, len(calls) - 2), 10_000
+
+    monkeypatch.setattr(runner, "memory_maps", maps)
+    engine = Engine(model, EngineConfig(num_slots=12, page_size=8, max_seq_len=64,
+                                        decode_steps=4, prefill_chunk=24, prefill_rows=2))
+    with caplog.at_level("WARNING"):
+        programs, _ = engine.warmup()
+    # 1,000 + 1,500 k + 1,500 <= 7,500 while k <= 3: four programs, then it stops.
+    assert programs == 4
+    assert "warm-up stopped after 4 programs" in caplog.text
+    assert "vm.max_map_count=10000" in caplog.text
+    monkeypatch.setattr(runner, "memory_maps", lambda: None)   # not Linux: no limit known
+    assert engine.warmup()[0] > 10

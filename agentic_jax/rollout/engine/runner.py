@@ -22,7 +22,7 @@ from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.speculative import context_window
 from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS, EngineConfig, SamplingParams
-from agentic_jax.utils.memory import release_host_memory
+from agentic_jax.utils.memory import memory_maps, release_host_memory
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,36 @@ def _width_bucket(n: int) -> int:
     while width < n:
         width = width * 3 // 2 if width & (width - 1) == 0 else width // 3 * 4
     return width
+
+
+class _MapRoom:
+    """Whether the process has memory mappings to spare for another compiled program: the
+    warm-up stops (with one warning) once the next program could take it past a quarter short
+    of ``vm.max_map_count``, leaving the rest to compile when first needed, instead of LLVM
+    failing to map a program and the process dying (`utils.memory.memory_maps`)."""
+
+    RESERVE = 0.25      # of the limit, kept for the programs compiled later on demand
+
+    def __init__(self):
+        self.start = memory_maps()
+        self.warned = False
+
+    def left(self, programs: int) -> bool:
+        now = memory_maps()
+        if self.start is None or now is None:
+            return True
+        in_use, limit = now
+        per_program = max(1.0, (in_use - self.start[0]) / max(1, programs))
+        if in_use + per_program <= (1 - self.RESERVE) * limit:
+            return True
+        if not self.warned:
+            log.warning("rollout engine: warm-up stopped after %d programs: the process holds %d "
+                        "of the kernel's vm.max_map_count=%d memory mappings (about %.0f a "
+                        "compiled program); the other programs compile when first needed. "
+                        "Raise the limit (sysctl -w vm.max_map_count=262144) or serve a "
+                        "shorter max_length.", programs, in_use, limit, per_program)
+            self.warned = True
+        return False
 
 
 class ModelRunner:
@@ -213,6 +243,7 @@ class ModelRunner:
         self._wake()
         ps = self.page_size
         spec = self.speculative_tokens
+        room = _MapRoom()
         pages = min(self.max_pages,
                     -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
@@ -223,6 +254,8 @@ class ModelRunner:
                                  np.full((n, STOP_COLUMNS), -1, np.int32))
             widths = sorted({max(64, _width_bucket(k)) for k in range(1, n * pages + 1)})
             for m in widths:
+                if not room.left(n_programs):
+                    return n_programs
                 pairs = PagePairs(np.full(m, n, np.int32), np.zeros(m, np.int32),
                                   np.zeros(m, np.int32))
                 out = pm.decode_jit(
@@ -246,6 +279,9 @@ class ModelRunner:
         for rows in sorted({_bucket(k, self.prefill_rows) for k in
                             range(1, self.prefill_rows + 1)}):
             for width, table_w in shapes:
+                if not room.left(n_programs):
+                    jax.block_until_ready(self.kv)
+                    return n_programs
                 self.kv = pm.prefill_jit(
                     self.graphdef, self._weights, self.kv, np.zeros((rows, width), np.int32),
                     np.zeros(rows, np.int32), np.zeros(rows, np.int32),
