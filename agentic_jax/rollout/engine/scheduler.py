@@ -90,8 +90,7 @@ class Scheduler(SlotTable):
     def _prefill_budget(self) -> int:
         """Decode first: what the running rows' next decode step leaves of ``step_tokens``
         (at least one token: the config keeps the slots' share below the budget)."""
-        running = sum(1 for s in self.slots if s is not None and s.state == RUNNING)
-        return self.cfg.step_tokens - running * (self.cfg.speculative_tokens + 1)
+        return self.cfg.step_tokens - len(self._running()) * (self.cfg.speculative_tokens + 1)
 
     def _prefill_within(self, budget: int) -> int:
         """Prefill chunks until ``budget`` context tokens are written or none is left;
