@@ -19,18 +19,21 @@ import jax
 import numpy as np
 
 from agentic_jax.rollout import Episode
+from agentic_jax.rollout.engine.types import EngineStats
 from agentic_jax.training.builders import Run
 
 
 class Draw(NamedTuple):
     """One round of drawing: this host's graded episodes, their problems and timing, every
-    host's `episode_table` rows, and the global index of this host's first row."""
+    host's `episode_table` rows, the global index of this host's first row and the engine's
+    counters over the round."""
 
     episodes: list[Episode]
     problems: list
     table: dict[str, np.ndarray]
     timing: dict[str, float]
     first_row: int
+    stats: EngineStats | None = None
 
 
 class Chosen(NamedTuple):
@@ -74,14 +77,37 @@ def collect_in_band(run: Run, step_key: jax.Array,
     chosen = choose_groups(accuracy, cfg.rl.accuracy_band, batch)
     episodes, problems = _local_rows(draws, chosen.groups, size)
     table = {k: np.concatenate([d.table[k] for d in draws]) for k in draws[0].table}
-    timing: dict[str, float] = {}
-    for d in draws:
-        for k, v in d.timing.items():
-            timing[k] = timing.get(k, 0.0) + float(v)
+    timing = fold_timing(draws)
     counts = {"dynamic_drawn_prompts": float(drawn),
               "dynamic_in_band_groups": float(chosen.in_band),
               "dynamic_filled_groups": float(len(chosen.groups) - chosen.in_band)}
     return episodes, problems, table, timing, counts
+
+
+def fold_timing(draws: list[Draw]) -> dict[str, float]:
+    """The step's timing over its rounds: phase seconds and counts added up; the engine's
+    figures (``engine_*``, ``time_engine_*``) from its counters folded over the rounds
+    (`EngineStats.fold`: a page peak, a pool size or a utilisation does not add up), and the
+    accelerator's idle fraction from the summed decode and rollout seconds."""
+    derived = ("engine_", "time_engine_", "accelerator_idle_frac")
+    timing: dict[str, float] = {}
+    stats: EngineStats | None = None
+    for d in draws:
+        for k, v in d.timing.items():
+            if not k.startswith(derived):
+                timing[k] = timing.get(k, 0.0) + float(v)
+        if d.stats is not None:
+            if stats is None:
+                stats = dataclasses.replace(d.stats)
+            else:
+                stats.fold(d.stats)
+    if stats is not None:
+        timing.update(stats.as_metrics())
+    if any("accelerator_idle_frac" in d.timing for d in draws):
+        total = timing.get("rollout_s", 0.0)
+        timing["accelerator_idle_frac"] = (max(0.0, 1.0 - timing.get("decode_s", 0.0) / total)
+                                           if total > 0 else 0.0)
+    return timing
 
 
 def _local_rows(draws: list[Draw], groups: np.ndarray, size: int):

@@ -8,6 +8,7 @@ gathered rows, in batch order, so it stays the same everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any, NamedTuple, Sequence
@@ -86,10 +87,13 @@ def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None
     share = process_slice(len(jobs))
     local_jobs = jobs[share]
     specs = row_specs(policy, local_jobs, group_size=cfg.rl.group_size, first_row=share.start)
-    episodes, timing = policy.agent(run.controller).run(
-        specs, key, row_offset=share.start, total_rows=len(jobs), weights=weights)
+    agent = policy.agent(run.controller)
+    episodes, timing = agent.run(specs, key, row_offset=share.start, total_rows=len(jobs),
+                                 weights=weights)
+    # The engine's counters since `run` reset them: this round's, to fold with other rounds'.
+    stats = dataclasses.replace(agent.service.engine.stats)
     table = score(run, episodes, local_jobs, jobs, timing)
-    return Draw(episodes, local_jobs, table, timing, share.start)
+    return Draw(episodes, local_jobs, table, timing, share.start, stats)
 
 
 def update_controller(controller: ToolController, table: dict[str, np.ndarray],

@@ -20,7 +20,6 @@ flight then.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 
@@ -55,13 +54,7 @@ class _Step:
 
     def add(self, stats: EngineStats) -> None:
         """Folds in one round's counters (`Engine.reset_stats` after the round)."""
-        for f in dataclasses.fields(EngineStats):
-            if f.name == "pages_peak":
-                self.stats.pages_peak = max(self.stats.pages_peak, stats.pages_peak)
-            elif f.name == "pages_in_use":
-                self.stats.pages_in_use = stats.pages_in_use
-            elif f.name not in ("pool_pages", "page_bytes"):
-                setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
+        self.stats.fold(stats)
 
 
 class StepStream:

@@ -1,13 +1,15 @@
 """Dynamic sampling: in-band groups are kept in draw order, draws go on until the batch is full
 within the oversampling budget, out-of-band groups fill what is left, group ids renumbered."""
 
+import json
 import types
 
 import jax
 import numpy as np
 
 from agentic_jax.rollout import Episode
-from agentic_jax.training.dynamic_sampling import Draw, choose_groups, collect_in_band
+from agentic_jax.rollout.engine.types import EngineStats
+from agentic_jax.training.dynamic_sampling import Draw, choose_groups, collect_in_band, fold_timing
 
 GROUP = 2
 
@@ -74,3 +76,55 @@ def test_budget_bounds_the_draws_and_fills():
     assert [e.prompt_tokens[0] for e in episodes] == [4, 5, 6, 7]
     assert counts == {"dynamic_drawn_prompts": 4.0, "dynamic_in_band_groups": 1.0,
                       "dynamic_filled_groups": 1.0}
+
+
+def test_a_steps_engine_figures_fold_over_its_rounds():
+    """Phase seconds add up over the rounds; the engine's peak, pool, utilisation and the
+    accelerator's idle fraction come from the rounds' counters, not from adding ratios."""
+    def stats(peak, in_use, token_steps, slot_steps, decode_s):
+        return EngineStats(pool_pages=1120, page_bytes=64, pages_peak=peak, pages_in_use=in_use,
+                           token_steps=token_steps, slot_steps=slot_steps, steps=slot_steps // 32,
+                           pages_in_use_sum=in_use * (slot_steps // 32), decode_s=decode_s)
+
+    rounds = [stats(300, 10, 640, 3200, 4.0), stats(200, 20, 320, 320, 1.0)]
+    draws = [Draw([], [], {}, {"rollout_s": 8.0, "decode_s": 6.0, "reward_s": 0.5,
+                               "accelerator_idle_frac": 0.25, **s.as_metrics()}, 0, s)
+             for s in rounds]
+    timing = fold_timing(draws)
+    assert timing["rollout_s"] == 16.0 and timing["reward_s"] == 1.0
+    assert timing["accelerator_idle_frac"] == 0.25            # 1 - 12 / 16, not 0.5
+    assert timing["engine_pages_pool"] == 1120.0              # not 2240
+    assert timing["engine_pages_peak"] == 300.0               # the larger peak, not 500
+    assert timing["engine_kv_peak_frac"] == 300 / 1120
+    assert timing["engine_slot_utilisation"] == 960 / 3520    # token steps / slot steps
+    assert timing["engine_pages_in_use_mean"] == (10 * 100 + 20 * 10) / 110
+    assert timing["time_engine_decode_s"] == 5.0
+    assert rounds[0].pages_peak == 300 and rounds[0].token_steps == 640   # inputs untouched
+
+
+def test_engine_stats_fold():
+    first = EngineStats(pool_pages=8, page_bytes=4, pages_peak=5, pages_in_use=3, prefill_calls=2,
+                        prefill_s=1.5)
+    first.fold(EngineStats(pool_pages=8, page_bytes=4, pages_peak=4, pages_in_use=1,
+                           prefill_calls=1, prefill_s=0.5))
+    assert (first.pool_pages, first.page_bytes, first.pages_peak, first.pages_in_use,
+            first.prefill_calls, first.prefill_s) == (8, 4, 5, 1, 3, 2.0)
+
+
+def test_a_run_under_dynamic_sampling_logs_the_engines_own_figures(tmp_path):
+    """A training step that draws several rounds logs the engine's pool and peak as the engine
+    holds them (the rounds' figures were once added up: a peak above the pool)."""
+    from tests.train.train_testing import tiny_config, train
+
+    cfg = tiny_config(**{"training.total_steps": 1, "training.warmup_steps": 0,
+                         "rl.accuracy_band": (0.4, 0.6),
+                         "rl.max_oversample": 3.0, "checkpoint.every_steps": 1,
+                         "data.eval_size": 2})
+    train(cfg, str(tmp_path))
+    (record,) = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+                 if "engine_pages_pool" in r]
+    assert record["dynamic_drawn_prompts"] > cfg.training.batch_size     # several rounds
+    assert 0 < record["engine_pages_peak"] <= record["engine_pages_pool"]
+    assert record["engine_kv_peak_frac"] == record["engine_pages_peak"] / record["engine_pages_pool"]
+    assert 0 < record["engine_slot_utilisation"] <= 1
+    assert 0 <= record["accelerator_idle_frac"] <= 1

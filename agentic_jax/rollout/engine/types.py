@@ -247,6 +247,17 @@ class EngineStats:
     prefill_s: float = 0.0
     decode_s: float = 0.0
 
+    def fold(self, later: EngineStats) -> None:
+        """Folds in the counters of a later span of the same engine (its `reset_stats` between
+        them): counts and seconds add up, the page peak is the larger, pages in use the later's."""
+        for f in dataclasses.fields(EngineStats):
+            if f.name == "pages_peak":
+                self.pages_peak = max(self.pages_peak, later.pages_peak)
+            elif f.name == "pages_in_use":
+                self.pages_in_use = later.pages_in_use
+            elif f.name not in ("pool_pages", "page_bytes"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(later, f.name))
+
     @property
     def slot_utilisation(self) -> float:
         return self.token_steps / self.slot_steps if self.slot_steps else 0.0
