@@ -228,8 +228,10 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
         for s in r.steps:
             w, rw = s["step"][0], s["rollout"][0]
             loop = s.get("loop")
-            extra = (f" [loop: {loop['time_rollout_s']:.1f} + {loop['time_update_s']:.1f}]"
-                     if loop else "")
+            extra = (f" [loop: {loop['time_rollout_s']:.1f} (engine prefill "
+                     f"{loop.get('time_engine_prefill_s', 0.0):.1f}, decode "
+                     f"{loop.get('time_engine_decode_s', 0.0):.1f}) + "
+                     f"{loop['time_update_s']:.1f}]" if loop else "")
             if s.get("appended_tokens"):
                 extra += f" ({s['appended_tokens']} tokens of tool refusals appended)"
             parts.append(f"{w:.1f} = {rw:.1f} + {w - rw:.1f}{extra}")
@@ -615,8 +617,9 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
         timed = bench_clock.timed(lambda: recipe_step(run, state, step, *a, **k))
         _, metrics, _ = timed.result
         record = dict(phase, step=_run_tuple(timed), peak_steps_mb=peak_rss_mb(),
-                      loop={k: float(metrics[k]) for k in
-                            ("time_rollout_s", "time_update_s", "time_step_s")})
+                      loop={k: float(metrics.get(k, 0.0)) for k in
+                            ("time_rollout_s", "time_update_s", "time_step_s",
+                             "time_engine_prefill_s", "time_engine_decode_s")})
         conn.send(("step", record))
         last.update(record)
         if step >= total:
