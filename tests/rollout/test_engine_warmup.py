@@ -81,3 +81,39 @@ def test_warmup_stops_short_of_the_memory_map_limit(model, monkeypatch, caplog):
     assert "vm.max_map_count=10000" in caplog.text
     monkeypatch.setattr(runner, "memory_maps", lambda: None)   # not Linux: no limit known
     assert engine.warmup()[0] > 10
+
+
+def _sample(engine, count=3):
+    keys = jax.random.split(jax.random.key(1), count)
+    for i in range(count):
+        engine.submit(Request(i, tuple(range(3, 3 + 9 * i + 2)), 5 + i, keys[i]))
+    return {e.request_id: (e.tokens, e.logprobs) for e in engine.run()}
+
+
+def test_programs_are_dropped_near_the_memory_map_limit_and_serving_goes_on(model, monkeypatch,
+                                                                             caplog):
+    """Past the warm-up, a program compiled on demand adds its mappings too: near the limit the
+    engine's compiled programs are dropped (and compile again when next needed) instead of the
+    process dying at LLVM's next mapping; what it samples does not change."""
+    from agentic_jax.rollout.engine import runner
+
+    cfg = EngineConfig(num_slots=4, page_size=8, max_seq_len=64, decode_steps=4,
+                       prefill_chunk=16, prefill_rows=2, sampling=SamplingParams(temperature=1.0))
+    monkeypatch.setattr(runner, "memory_maps", lambda: (3000, 10_000))   # far from the limit
+    baseline = _sample(Engine(model, cfg))
+    for program in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit):
+        program.clear_cache()   # the engine below compiles its programs again
+    engine = Engine(model, cfg)
+    monkeypatch.setattr(runner, "memory_maps", lambda: (9000, 10_000))   # past 85% of it
+    with caplog.at_level("WARNING"):
+        near = _sample(engine)
+    assert engine.runner.map_watch.drops >= 1
+    assert "dropped the engine's" in caplog.text and "vm.max_map_count=10000" in caplog.text
+    assert near.keys() == baseline.keys()
+    for rid, (tokens, logprobs) in baseline.items():
+        assert near[rid][0] == tokens
+        np.testing.assert_allclose(near[rid][1], logprobs, rtol=1e-5, atol=1e-6)
+    drops = engine.runner.map_watch.drops
+    monkeypatch.setattr(runner, "memory_maps", lambda: (3000, 10_000))
+    _sample(engine)
+    assert engine.runner.map_watch.drops == drops    # room again: nothing dropped

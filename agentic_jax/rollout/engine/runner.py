@@ -3,7 +3,9 @@ for, built as fixed-shape numpy arrays for `paged_model`'s compiled programs."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import time
 from typing import Any
 
 import jax
@@ -87,6 +89,56 @@ class _MapRoom:
         return False
 
 
+def _compiled_programs() -> int | None:
+    """How many programs the engine's compiled functions hold (None where jax does not say)."""
+    try:
+        return sum(p._cache_size() for p in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit))
+    except AttributeError:
+        return None
+
+
+class _MapWatch:
+    """While the engine serves: after a call that compiled a program (the compiled functions'
+    caches grew), whether the process holds more than ``HIGH`` of ``vm.max_map_count`` memory
+    mappings; if so, the engine's compiled programs are dropped (their mappings go with them:
+    dropping a warmed-up tiny engine's 17 programs gave back 2,553 of the 2,565 they took) and compile again when next needed, from the
+    persistent compile cache where it is on. A CPU server that meets many shapes on demand
+    would otherwise reach the limit, and the process dies at LLVM's next mapping (`_MapRoom`
+    keeps the warm-up short of it). Where jax does not count its programs, the mappings are
+    read every ``EVERY_S`` seconds instead."""
+
+    HIGH = 0.85
+    EVERY_S = 10.0
+
+    def __init__(self):
+        self.programs = _compiled_programs()
+        self.checked = time.monotonic()
+        self.drops = 0
+
+    def after_call(self) -> None:
+        programs = _compiled_programs()
+        if programs is None:
+            if time.monotonic() - self.checked < self.EVERY_S:
+                return
+        elif programs <= (self.programs or 0):
+            self.programs = programs
+            return
+        self.programs, self.checked = programs, time.monotonic()
+        now = memory_maps()
+        if now is None or now[0] <= self.HIGH * now[1]:
+            return
+        for program in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit):
+            program.clear_cache()
+        gc.collect()
+        self.programs, self.drops = _compiled_programs(), self.drops + 1
+        after = memory_maps()
+        log.warning("rollout engine: the process held %d of the kernel's vm.max_map_count=%d "
+                    "memory mappings; dropped the engine's %s compiled programs (%s mappings "
+                    "left), which compile again when next needed. Raise the limit (sysctl -w "
+                    "vm.max_map_count=262144) or serve a shorter max_length.", now[0], now[1],
+                    programs if programs is not None else "", after[0] if after else "?")
+
+
 class ModelRunner:
     """One model's weights (graph definition + state) and its paged KV pool; implements the
     scheduler's `Runner`.
@@ -115,6 +167,7 @@ class ModelRunner:
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+        self.map_watch = _MapWatch()
 
     @property
     def params(self) -> nnx.State | None:
@@ -159,6 +212,7 @@ class ModelRunner:
         dst = np.full(n, self.num_pages, np.int32)     # out of range: the padding copies nothing
         src[:len(copies)], dst[:len(copies)] = zip(*copies)
         self.kv = pm.copy_pages_jit(self.kv, src, dst)
+        self.map_watch.after_call()
 
     def prefill(self, chunks: list[PrefillChunk]) -> None:
         # Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
@@ -179,6 +233,7 @@ class ModelRunner:
             tables[r, :len(used)] = used
         self.kv = pm.prefill_jit(self.graphdef, self._weights, self.kv, tokens, start, lens, tables)
         jax.block_until_ready(self.kv)
+        self.map_watch.after_call()
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
                sampling: SamplingParams) -> DecodeResult:
@@ -229,6 +284,7 @@ class ModelRunner:
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
                               out.accepted))
+        self.map_watch.after_call()
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:])
 
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
