@@ -77,6 +77,9 @@ PRESET = "smollm2-135m"
 LR = 1e-6
 TRL_NAME = "TRL GRPOTrainer"
 OURS_NAME = "agentic_jax"
+# The loop's own per-step timings printed beside ours' steps (the engine's where logged).
+LOOP_KEYS = ("time_rollout_s", "time_update_s", "time_step_s")
+ENGINE_KEYS = ("time_engine_prefill_s", "time_engine_decode_s")
 # Seconds a side may take to load, or to run one step, before the benchmark gives up on it.
 START_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 1800.0
@@ -231,9 +234,10 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
         for s in r.steps:
             w, rw = s["step"][0], s["rollout"][0]
             loop = s.get("loop")
-            extra = (f" [loop: {loop['time_rollout_s']:.1f} (engine prefill "
-                     f"{loop.get('time_engine_prefill_s', 0.0):.1f}, decode "
-                     f"{loop.get('time_engine_decode_s', 0.0):.1f}) + "
+            engine = (f" (engine prefill {loop['time_engine_prefill_s']:.1f}, decode "
+                      f"{loop['time_engine_decode_s']:.1f})"
+                      if loop and "time_engine_decode_s" in loop else "")
+            extra = (f" [loop: {loop['time_rollout_s']:.1f}{engine} + "
                      f"{loop['time_update_s']:.1f}]" if loop else "")
             if s.get("appended_tokens"):
                 extra += f" ({s['appended_tokens']} tokens of tool refusals appended)"
@@ -599,7 +603,8 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
                 rows.append({"id": p.id, "question": p.question, "answer": p.answer,
                              "prompt_ids": list(run.policy.make_prompt(p, False))})
         c = run.cfg
-        describe = (recipe_command(overrides) + f" (rl.algorithm={c.rl.algorithm}, ppo_epochs={c.training.ppo_epochs}, "
+        describe = (recipe_command(overrides)
+                    + f" (rl.algorithm={c.rl.algorithm}, ppo_epochs={c.training.ppo_epochs}, "
                     f"minibatches={c.training.minibatches}, micro_batches="
                     f"{c.training.micro_batches}, rollout.num_slots={config.rollout.num_slots}; "
                     f"each episode capped at its prompt + {new_tokens} tokens, direct-answer "
@@ -620,9 +625,8 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
         timed = bench_clock.timed(lambda: recipe_step(run, state, step, *a, **k))
         _, metrics, _ = timed.result
         record = dict(phase, step=_run_tuple(timed), peak_steps_mb=peak_rss_mb(),
-                      loop={k: float(metrics.get(k, 0.0)) for k in
-                            ("time_rollout_s", "time_update_s", "time_step_s",
-                             "time_engine_prefill_s", "time_engine_decode_s")})
+                      loop={k: float(metrics[k]) for k in LOOP_KEYS + tuple(
+                          k for k in ENGINE_KEYS if k in metrics)})
         conn.send(("step", record))
         last.update(record)
         if step >= total:

@@ -96,6 +96,9 @@ def fold_timing(draws: list[Draw]) -> dict[str, float]:
         for k, v in d.timing.items():
             if not k.startswith(derived):
                 timing[k] = timing.get(k, 0.0) + float(v)
+        if d.stats is None and any(k.startswith(derived[:2]) for k in d.timing):
+            raise ValueError("a round's timing holds the engine's figures without its "
+                             "counters (Draw.stats): they cannot be folded")
         if d.stats is not None:
             if stats is None:
                 stats = dataclasses.replace(d.stats)

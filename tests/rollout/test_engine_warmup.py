@@ -9,6 +9,7 @@ from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine import runner
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=8)
@@ -26,11 +27,12 @@ def _compiled():
 @pytest.mark.parametrize("prefix_caching, step_tokens", [(True, 2048), (False, 2048), (True, 19)],
                          ids=["prefix-cache", "no-cache", "chunks-cut-mid-page"])
 def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching,
-                                                                       step_tokens):
+                                                                       step_tokens, monkeypatch):
     # step_tokens 19 beside 12 slots: prefill chunks cut to what decode leaves start mid-page.
     cfg = EngineConfig(num_slots=12, page_size=8, max_seq_len=64, decode_steps=4,
                        prefill_chunk=24, prefill_rows=2, prefix_caching=prefix_caching,
                        step_tokens=step_tokens, sampling=SamplingParams(temperature=1.0))
+    monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
     engine = Engine(model, cfg)
     programs, seconds = engine.warmup()
     assert programs > 10 and seconds > 0
@@ -62,8 +64,6 @@ def test_warmup_stops_short_of_the_memory_map_limit(model, monkeypatch, caplog):
     """Each compiled program holds memory mappings (about 300 for XLA:CPU's engine programs);
     past vm.max_map_count LLVM cannot map the next and the process dies, so the warm-up stops
     while a quarter of the limit is left and says so."""
-    from agentic_jax.rollout.engine import runner
-
     calls = []
 
     def maps():   # 1,500 more mappings after each program, limit 10,000
@@ -95,25 +95,62 @@ def test_programs_are_dropped_near_the_memory_map_limit_and_serving_goes_on(mode
     """Past the warm-up, a program compiled on demand adds its mappings too: near the limit the
     engine's compiled programs are dropped (and compile again when next needed) instead of the
     process dying at LLVM's next mapping; what it samples does not change."""
-    from agentic_jax.rollout.engine import runner
-
     cfg = EngineConfig(num_slots=4, page_size=8, max_seq_len=64, decode_steps=4,
                        prefill_chunk=16, prefill_rows=2, sampling=SamplingParams(temperature=1.0))
-    monkeypatch.setattr(runner, "memory_maps", lambda: (3000, 10_000))   # far from the limit
+    monkeypatch.setattr(runner, "memory_maps", lambda: None)
     baseline = _sample(Engine(model, cfg))
     for program in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit):
         program.clear_cache()   # the engine below compiles its programs again
+    watch = runner._MapWatch()
+    monkeypatch.setattr(runner, "MAP_WATCH", watch)
+    # 1,000 mappings a compiled program over 6,000 of the rest, limit 10,000: the third
+    # program takes the process past 85%, and a drop brings it back to 60%.
+    monkeypatch.setattr(runner, "memory_maps",
+                        lambda: (6000 + 1000 * runner._compiled_programs(), 10_000))
     engine = Engine(model, cfg)
-    monkeypatch.setattr(runner, "memory_maps", lambda: (9000, 10_000))   # past 85% of it
     with caplog.at_level("WARNING"):
         near = _sample(engine)
-    assert engine.runner.map_watch.drops >= 1
-    assert "dropped the engine's" in caplog.text and "vm.max_map_count=10000" in caplog.text
+    assert watch.drops >= 1 and watch.armed
+    assert "dropped the compiled engine programs" in caplog.text
+    assert "vm.max_map_count=10000" in caplog.text and "did not bring" not in caplog.text
     assert near.keys() == baseline.keys()
     for rid, (tokens, logprobs) in baseline.items():
         assert near[rid][0] == tokens
         np.testing.assert_allclose(near[rid][1], logprobs, rtol=1e-5, atol=1e-6)
-    drops = engine.runner.map_watch.drops
-    monkeypatch.setattr(runner, "memory_maps", lambda: (3000, 10_000))
-    _sample(engine)
-    assert engine.runner.map_watch.drops == drops    # room again: nothing dropped
+
+
+def test_a_drop_that_does_not_help_is_not_repeated(monkeypatch, caplog):
+    """Mappings that are not the engine's stay after a drop: dropping again would recompile
+    every call, so the watch stops until the process is below 75% of the limit again."""
+    compiled = iter(range(1000))
+    maps = {"now": (9000, 10_000)}
+    monkeypatch.setattr(runner, "_compiled_programs", lambda: next(compiled))  # always growing
+    monkeypatch.setattr(runner, "memory_maps", lambda: maps["now"])
+    watch = runner._MapWatch()
+    with caplog.at_level("WARNING"):
+        for _ in range(5):
+            watch.after_call(None)
+    assert watch.drops == 1 and not watch.armed
+    assert caplog.text.count("dropped the compiled engine programs") == 1
+    assert "did not bring the process below 75%" in caplog.text
+    maps["now"] = (8000, 10_000)      # still above 75%: waits
+    watch.after_call(None)
+    assert not watch.armed
+    maps["now"] = (7000, 10_000)      # below: armed again, nothing to drop
+    watch.after_call(None)
+    assert watch.armed and watch.drops == 1
+    maps["now"] = (9000, 10_000)
+    watch.after_call(None)
+    assert watch.drops == 2
+
+
+def test_without_a_program_count_the_mappings_are_read_on_a_clock(monkeypatch):
+    reads = []
+    monkeypatch.setattr(runner, "_compiled_programs", lambda: None)
+    monkeypatch.setattr(runner, "memory_maps", lambda: reads.append(1) or (9000, 10_000))
+    watch = runner._MapWatch()
+    watch.after_call(None)                 # within EVERY_S of the start: not read
+    assert not reads and watch.drops == 0
+    watch.checked -= watch.EVERY_S
+    watch.after_call(None)
+    assert watch.drops == 1

@@ -1,11 +1,13 @@
 """Dynamic sampling: in-band groups are kept in draw order, draws go on until the batch is full
 within the oversampling budget, out-of-band groups fill what is left, group ids renumbered."""
 
+import dataclasses
 import json
 import types
 
 import jax
 import numpy as np
+import pytest
 
 from agentic_jax.rollout import Episode
 from agentic_jax.rollout.engine.types import EngineStats
@@ -87,12 +89,13 @@ def test_a_steps_engine_figures_fold_over_its_rounds():
                            pages_in_use_sum=in_use * (slot_steps // 32), decode_s=decode_s)
 
     rounds = [stats(300, 10, 640, 3200, 4.0), stats(200, 20, 320, 320, 1.0)]
-    draws = [Draw([], [], {}, {"rollout_s": 8.0, "decode_s": 6.0, "reward_s": 0.5,
-                               "accelerator_idle_frac": 0.25, **s.as_metrics()}, 0, s)
-             for s in rounds]
+    seconds = [(8.0, 6.0), (2.0, 0.0)]    # (rollout_s, decode_s): idle 0.25, then 1.0
+    draws = [Draw([], [], {}, {"rollout_s": r, "decode_s": d, "reward_s": 0.5,
+                               "accelerator_idle_frac": 1 - d / r, **s.as_metrics()}, 0, s)
+             for s, (r, d) in zip(rounds, seconds)]
     timing = fold_timing(draws)
-    assert timing["rollout_s"] == 16.0 and timing["reward_s"] == 1.0
-    assert timing["accelerator_idle_frac"] == 0.25            # 1 - 12 / 16, not 0.5
+    assert timing["rollout_s"] == 10.0 and timing["reward_s"] == 1.0
+    assert timing["accelerator_idle_frac"] == 0.4             # 1 - 6 / 10: not 1.25, 0.625, 1.0
     assert timing["engine_pages_pool"] == 1120.0              # not 2240
     assert timing["engine_pages_peak"] == 300.0               # the larger peak, not 500
     assert timing["engine_kv_peak_frac"] == 300 / 1120
@@ -100,6 +103,19 @@ def test_a_steps_engine_figures_fold_over_its_rounds():
     assert timing["engine_pages_in_use_mean"] == (10 * 100 + 20 * 10) / 110
     assert timing["time_engine_decode_s"] == 5.0
     assert rounds[0].pages_peak == 300 and rounds[0].token_steps == 640   # inputs untouched
+
+
+def test_a_round_with_engine_figures_but_no_counters_is_refused():
+    with pytest.raises(ValueError, match="without its counters"):
+        fold_timing([Draw([], [], {}, {"rollout_s": 1.0, "engine_pages_peak": 3.0}, 0)])
+    assert fold_timing([Draw([], [], {}, {"rollout_s": 1.0}, 0)]) == {"rollout_s": 1.0}
+
+
+def test_every_engine_counter_has_a_way_to_fold():
+    """A field added to EngineStats must say how it folds (a peak or a gauge added up was the
+    bug this guards)."""
+    ways = EngineStats.CONSTANTS + EngineStats.LATEST + EngineStats.PEAKS + EngineStats.COUNTS
+    assert sorted(ways) == sorted(f.name for f in dataclasses.fields(EngineStats))
 
 
 def test_engine_stats_fold():
@@ -125,6 +141,7 @@ def test_a_run_under_dynamic_sampling_logs_the_engines_own_figures(tmp_path):
                  if "engine_pages_pool" in r]
     assert record["dynamic_drawn_prompts"] > cfg.training.batch_size     # several rounds
     assert 0 < record["engine_pages_peak"] <= record["engine_pages_pool"]
-    assert record["engine_kv_peak_frac"] == record["engine_pages_peak"] / record["engine_pages_pool"]
+    peak, pool = record["engine_pages_peak"], record["engine_pages_pool"]
+    assert record["engine_kv_peak_frac"] == peak / pool
     assert 0 < record["engine_slot_utilisation"] <= 1
     assert 0 <= record["accelerator_idle_frac"] <= 1

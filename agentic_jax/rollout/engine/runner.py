@@ -89,33 +89,43 @@ class _MapRoom:
         return False
 
 
+# The engine's compiled functions, shared by every engine in the process.
+_PROGRAMS = (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit)
+
+
 def _compiled_programs() -> int | None:
     """How many programs the engine's compiled functions hold (None where jax does not say)."""
     try:
-        return sum(p._cache_size() for p in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit))
-    except AttributeError:
+        return sum(int(p._cache_size()) for p in _PROGRAMS)
+    except Exception:  # a private jax method: its absence or change must not stop the engine
         return None
 
 
 class _MapWatch:
-    """While the engine serves: after a call that compiled a program (the compiled functions'
-    caches grew), whether the process holds more than ``HIGH`` of ``vm.max_map_count`` memory
-    mappings; if so, the engine's compiled programs are dropped (their mappings go with them:
-    dropping a warmed-up tiny engine's 17 programs gave back 2,553 of the 2,565 they took) and compile again when next needed, from the
-    persistent compile cache where it is on. A CPU server that meets many shapes on demand
-    would otherwise reach the limit, and the process dies at LLVM's next mapping (`_MapRoom`
-    keeps the warm-up short of it). Where jax does not count its programs, the mappings are
-    read every ``EVERY_S`` seconds instead."""
+    """Keeps on-demand compilations short of the kernel's memory-map limit.
 
-    HIGH = 0.85
+    After an engine call that compiled a program (the compiled functions' caches grew; where
+    jax does not count them, every ``EVERY_S`` seconds), the process's mappings are read; past
+    ``HIGH`` of ``vm.max_map_count`` the engine programs of every engine in the process are
+    dropped (their mappings go with them: dropping a warmed-up tiny engine's 17 programs gave
+    back 2,553 of the 2,565 they took) and compile again when next needed, from the
+    persistent compile cache where it is on. A CPU server that meets many shapes on demand
+    would otherwise reach the limit and die at LLVM's next mapping (`_MapRoom` keeps the
+    warm-up short of it). When a drop leaves the process above ``LOW`` (the mappings are
+    someone else's), dropping again would only recompile every call: the watch says so once
+    and waits until the process is below ``LOW`` again. One watch per process."""
+
+    HIGH, LOW = 0.85, 0.75
     EVERY_S = 10.0
 
     def __init__(self):
         self.programs = _compiled_programs()
         self.checked = time.monotonic()
         self.drops = 0
+        self.armed = True
 
-    def after_call(self) -> None:
+    def after_call(self, kv: Any) -> None:
+        """Called after an engine call; ``kv``: the pool it wrote (finished before a drop)."""
         programs = _compiled_programs()
         if programs is None:
             if time.monotonic() - self.checked < self.EVERY_S:
@@ -125,18 +135,32 @@ class _MapWatch:
             return
         self.programs, self.checked = programs, time.monotonic()
         now = memory_maps()
-        if now is None or now[0] <= self.HIGH * now[1]:
+        if now is None:
             return
-        for program in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit):
+        in_use, limit = now
+        if not self.armed:
+            self.armed = in_use < self.LOW * limit
+            return
+        if in_use <= self.HIGH * limit:
+            return
+        jax.block_until_ready(kv)
+        for program in _PROGRAMS:
             program.clear_cache()
         gc.collect()
         self.programs, self.drops = _compiled_programs(), self.drops + 1
         after = memory_maps()
+        left = after[0] if after else in_use
+        self.armed = left < self.LOW * limit
         log.warning("rollout engine: the process held %d of the kernel's vm.max_map_count=%d "
-                    "memory mappings; dropped the engine's %s compiled programs (%s mappings "
-                    "left), which compile again when next needed. Raise the limit (sysctl -w "
-                    "vm.max_map_count=262144) or serve a shorter max_length.", now[0], now[1],
-                    programs if programs is not None else "", after[0] if after else "?")
+                    "memory mappings; dropped the compiled engine programs (%s, every engine's "
+                    "in the process; %d mappings left), which compile again when next needed.%s"
+                    " Raise the limit (sysctl -w vm.max_map_count=262144) or serve a shorter "
+                    "max_length.", in_use, limit, "?" if programs is None else programs, left,
+                    "" if self.armed else " That did not bring the process below "
+                    f"{self.LOW:.0%} of the limit, so no more are dropped until it is.")
+
+
+MAP_WATCH = _MapWatch()
 
 
 class ModelRunner:
@@ -167,7 +191,6 @@ class ModelRunner:
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
-        self.map_watch = _MapWatch()
 
     @property
     def params(self) -> nnx.State | None:
@@ -212,7 +235,7 @@ class ModelRunner:
         dst = np.full(n, self.num_pages, np.int32)     # out of range: the padding copies nothing
         src[:len(copies)], dst[:len(copies)] = zip(*copies)
         self.kv = pm.copy_pages_jit(self.kv, src, dst)
-        self.map_watch.after_call()
+        MAP_WATCH.after_call(self.kv)
 
     def prefill(self, chunks: list[PrefillChunk]) -> None:
         # Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
@@ -233,7 +256,7 @@ class ModelRunner:
             tables[r, :len(used)] = used
         self.kv = pm.prefill_jit(self.graphdef, self._weights, self.kv, tokens, start, lens, tables)
         jax.block_until_ready(self.kv)
-        self.map_watch.after_call()
+        MAP_WATCH.after_call(self.kv)
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
                sampling: SamplingParams) -> DecodeResult:
@@ -284,7 +307,7 @@ class ModelRunner:
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
                               out.accepted))
-        self.map_watch.after_call()
+        MAP_WATCH.after_call(self.kv)
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:])
 
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
