@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
+from agentic_jax.errors import UserError
 from agentic_jax.rl.shardings import has_adapters, params_and_rest
 from agentic_jax.utils import Checkpointer
 
@@ -130,13 +131,22 @@ def restore(checkpointer: Checkpointer, like: TrainState,
 def restore_params(directory: str, like: nnx.State, shardings: Any) -> tuple[nnx.State, int]:
     """The policy parameters (and step) of the newest intact checkpoint of a run directory or a
     checkpoints directory, placed like ``like`` with ``shardings`` (the model state's); nothing
-    else of the checkpoint is read."""
+    else of the checkpoint is read. With LoRA adapters the checkpoint holds only the trainable
+    part (`to_pure`): ``like`` must then be the model as built, whose base weights are kept."""
     if os.path.isdir(os.path.join(directory, "checkpoints")):
         directory = os.path.join(directory, "checkpoints")
+    stored = params_and_rest(like)[0] if has_adapters(like) else like
     with Checkpointer(directory, every_steps=1, keep=1, async_save=False) as source:
-        restored = source.restore_latest({"params": nnx.to_pure_dict(like)}, partial=True)
+        restored = source.restore_latest({"params": nnx.to_pure_dict(stored)}, partial=True)
     if restored is None:
         raise FileNotFoundError(f"{directory!r}: no restorable checkpoint there")
     params = jax.tree.map(lambda x: x, like)
     nnx.replace_by_pure_dict(params, restored.state["params"])
+    missing = [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_leaves_with_path(params)
+               if isinstance(x, jax.ShapeDtypeStruct)]
+    if missing:
+        raise UserError(f"{directory!r}: the checkpoint holds no {missing[0]} (and "
+                        f"{len(missing) - 1} more parameters) of the model as configured; a "
+                        f"LoRA run's checkpoint holds only its adapters: use the run's "
+                        f"model.lora_rank")
     return jax.device_put(params, shardings), restored.step

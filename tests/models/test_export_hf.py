@@ -6,6 +6,7 @@ import importlib.util
 import json
 import shutil
 import sys
+import types
 from pathlib import Path
 
 import jax
@@ -17,6 +18,7 @@ from flax import nnx
 from hf_testing import build, load_logits
 
 from agentic_jax.data.tokenizer import ASSET_DIR
+from agentic_jax.errors import UserError
 from agentic_jax.episodes.rundir import record_config
 from agentic_jax.models import ADAPTERS, from_pretrained, trainable_filter
 from agentic_jax.rl.state import (
@@ -120,6 +122,30 @@ def test_run_from_a_pretrained_lora_model_exports_merged_with_its_files(tmp_path
     assert json.loads((out / "generation_config.json").read_text()) == {"eos_token_id": [1, 2, 3]}
     assert json.loads((out / "config.json").read_text())["eos_token_id"] == [1, 2]
     assert (out / "chat_template.jinja").read_text() == (source / "chat_template.jinja").read_text()
+
+
+def test_a_lora_checkpoint_restores_its_adapters_over_the_model_as_built(tmp_path):
+    """A LoRA run's checkpoint holds only its trainable part (adapters, value head): evaluation
+    and serving read it over the model as built, whose base it keeps; a model configured
+    without adapters gets one clear line instead of a crash."""
+    run = tmp_path / "run"
+    lora = types.SimpleNamespace(lora_rank=4)   # trainable_filter reads only the rank
+    models = _write_run(run, _smoke_config(lora_rank=4, lora_alpha=8.0), steps=(3,),
+                        stored=trainable_filter(lora))
+    built = nnx.state(export_hf.Transformer(models[3].cfg, rngs=nnx.Rngs(0)))
+    params, step = restore_params(str(run), built, jax.tree.map(lambda x: x.sharding, built))
+    assert step == 3
+    restored, trained, base = (dict(nnx.to_flat_state(s)) for s in (
+        params, nnx.state(models[3], trainable_filter(lora)), built))
+    assert any("lora" in "/".join(map(str, k)) for k in trained)
+    assert trained and len(trained) < len(restored)
+    for key, value in restored.items():
+        expected = trained[key] if key in trained else base[key]
+        np.testing.assert_array_equal(np.asarray(value[...]), np.asarray(expected[...]))
+    plain = nnx.state(export_hf.Transformer(dataclasses.replace(models[3].cfg, lora_rank=0),
+                                            rngs=nnx.Rngs(0)))
+    with pytest.raises(UserError, match="holds only its adapters: use the run's model.lora_rank"):
+        restore_params(str(run), plain, jax.tree.map(lambda x: x.sharding, plain))
 
 
 def test_hf_to_checkpoint_is_read_as_a_run_checkpoint(tmp_path):
