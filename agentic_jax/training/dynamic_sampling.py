@@ -89,14 +89,14 @@ def fold_timing(draws: list[Draw]) -> dict[str, float]:
     figures (``engine_*``, ``time_engine_*``) from its counters folded over the rounds
     (`EngineStats.fold`: a page peak, a pool size or a utilisation does not add up), and the
     accelerator's idle fraction from the summed decode and rollout seconds."""
-    derived = ("engine_", "time_engine_", "accelerator_idle_frac")
+    engine = ("engine_", "time_engine_")
     timing: dict[str, float] = {}
     stats: EngineStats | None = None
     for d in draws:
         for k, v in d.timing.items():
-            if not k.startswith(derived):
+            if not k.startswith(engine) and k != "accelerator_idle_frac":
                 timing[k] = timing.get(k, 0.0) + float(v)
-        if d.stats is None and any(k.startswith(derived[:2]) for k in d.timing):
+        if d.stats is None and any(k.startswith(engine) for k in d.timing):
             raise ValueError("a round's timing holds the engine's figures without its "
                              "counters (Draw.stats): they cannot be folded")
         if d.stats is not None:

@@ -8,7 +8,6 @@ gathered rows, in batch order, so it stays the same everywhere.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from typing import Any, NamedTuple, Sequence
@@ -90,8 +89,8 @@ def _draw(run: Run, key: jax.Array, num_prompts: int, weights: WeightFeed | None
     agent = policy.agent(run.controller)
     episodes, timing = agent.run(specs, key, row_offset=share.start, total_rows=len(jobs),
                                  weights=weights)
-    # The engine's counters since `run` reset them: this round's, to fold with other rounds'.
-    stats = dataclasses.replace(agent.service.engine.stats)
+    # `run` started the engine's counters afresh: this round's, to fold with other rounds'.
+    stats = agent.service.engine.reset_stats()
     table = score(run, episodes, local_jobs, jobs, timing)
     return Draw(episodes, local_jobs, table, timing, share.start, stats)
 

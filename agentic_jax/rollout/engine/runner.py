@@ -61,11 +61,10 @@ def _width_bucket(n: int) -> int:
 
 class _MapRoom:
     """Whether the process has memory mappings to spare for another compiled program: the
-    warm-up stops (with one warning) once the next program could take it past a quarter short
-    of ``vm.max_map_count``, leaving the rest to compile when first needed, instead of LLVM
-    failing to map a program and the process dying (`utils.memory.memory_maps`)."""
-
-    RESERVE = 0.25      # of the limit, kept for the programs compiled later on demand
+    warm-up stops (with one warning) once the next program could take it past
+    `_MapWatch.LOW` of ``vm.max_map_count``, leaving the rest to compile when first needed
+    (where the watch takes over), instead of LLVM failing to map a program and the process
+    dying (`utils.memory.memory_maps`)."""
 
     def __init__(self):
         self.start = memory_maps()
@@ -77,7 +76,7 @@ class _MapRoom:
             return True
         in_use, limit = now
         per_program = max(1.0, (in_use - self.start[0]) / max(1, programs))
-        if in_use + per_program <= (1 - self.RESERVE) * limit:
+        if in_use + per_program <= _MapWatch.LOW * limit:
             return True
         if not self.warned:
             log.warning("rollout engine: warm-up stopped after %d programs: the process holds %d "
