@@ -34,6 +34,12 @@ STOP_COLUMNS = 4
 # The smallest decode batch: fewer rows save little and would add compilations.
 _MIN_ROWS = 8
 
+# `ModelRunner.prefill_shape`: prefill chunks of at most SHORT_CHUNK tokens are padded to at
+# least SHORT_ROWS rows and a table of SHORT_TABLE_POSITIONS positions (one program a width).
+SHORT_CHUNK = 32
+SHORT_ROWS = 4
+SHORT_TABLE_POSITIONS = 512
+
 
 def _bucket(n: int, cap: int) -> int:
     """The next power of two >= n (at least 1), capped at ``cap``."""
@@ -236,15 +242,33 @@ class ModelRunner:
         self.kv = pm.copy_pages_jit(self.kv, src, dst)
         MAP_WATCH.after_call(self.kv)
 
+    def prefill_shape(self, rows: int, longest: int, pages: int) -> tuple[int, int, int]:
+        """The (rows, width, table width) of the program that prefills ``rows`` chunks of at
+        most ``longest`` tokens ending within ``pages`` pages.
+
+        Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
+        bucketed chunk widths (`_width_bucket`) and power-of-two table widths: a chunk attends
+        over the pages up to its own end, not over max_seq_len. A short chunk (at most
+        `SHORT_CHUNK` tokens: the rest of a prompt after its cached pages, a tool's output)
+        takes at least `SHORT_ROWS` rows and `SHORT_TABLE_POSITIONS` of table, so every short
+        chunk of a width shares one program instead of one for each row count and table
+        width (GRPO's samples of a prompt each prefill the prompt's last page after the first
+        sample's cached pages: 5 of the 10 prefill programs SmolLM2 compiled in its first 4
+        GSM8K steps at 8x4, 2.5-3 s each); the padding costs little beside the weights' pass.
+        """
+        width = _width_bucket(longest)
+        rows, table_w = _bucket(rows, self.prefill_rows), _bucket(pages, self.max_pages)
+        if width <= SHORT_CHUNK:
+            rows = max(rows, min(SHORT_ROWS, self.prefill_rows))
+            table_w = max(table_w, min(self.max_pages, SHORT_TABLE_POSITIONS // self.page_size))
+        return rows, width, table_w
+
     def prefill(self, chunks: list[PrefillChunk]) -> None:
-        # Power-of-two rows (a lone refilled slot does not pay for prefill_rows of them),
-        # bucketed chunk widths and power-of-two table widths: a handful of compilations, and a
-        # chunk attends over the pages up to its own end, not over max_seq_len.
         self._wake()
-        rows, ps = _bucket(len(chunks), self.prefill_rows), self.page_size
-        width = _width_bucket(max(len(c.tokens) for c in chunks))
-        table_w = _bucket(max(-(-(c.start + len(c.tokens)) // ps) for c in chunks),
-                          self.max_pages)
+        ps = self.page_size
+        rows, width, table_w = self.prefill_shape(
+            len(chunks), max(len(c.tokens) for c in chunks),
+            max(-(-(c.start + len(c.tokens)) // ps) for c in chunks))
         tokens = np.zeros((rows, width), np.int32)
         start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
         tables = np.zeros((rows, table_w), np.int32)
@@ -348,23 +372,23 @@ class ModelRunner:
                 self.kv = out.kv
                 n_programs += 1
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
-        # found in the cache, or after an earlier chunk): width _width_bucket(L), table
-        # _bucket(pages up to start + L).
+        # found in the cache, or after an earlier chunk), in a call of any row count, as
+        # `prefill_shape` pads it.
         chunk = min(max_context, self.prefill_chunk)
-        shapes = sorted({(_width_bucket(k), _bucket(-(-(start + k) // ps), self.max_pages))
+        row_counts = {_bucket(k, self.prefill_rows) for k in range(1, self.prefill_rows + 1)}
+        shapes = sorted({self.prefill_shape(rows, k, -(-(start + k) // ps))
+                         for rows in row_counts
                          for start in range(0, max_context, ps)
                          for k in range(1, min(chunk, max_context - start) + 1)})
-        for rows in sorted({_bucket(k, self.prefill_rows) for k in
-                            range(1, self.prefill_rows + 1)}):
-            for width, table_w in shapes:
-                if not room.left(n_programs):
-                    jax.block_until_ready(self.kv)
-                    return n_programs
-                self.kv = pm.prefill_jit(
-                    self.graphdef, self._weights, self.kv, np.zeros((rows, width), np.int32),
-                    np.zeros(rows, np.int32), np.zeros(rows, np.int32),
-                    np.zeros((rows, table_w), np.int32))
-                n_programs += 1
+        for rows, width, table_w in shapes:
+            if not room.left(n_programs):
+                jax.block_until_ready(self.kv)
+                return n_programs
+            self.kv = pm.prefill_jit(
+                self.graphdef, self._weights, self.kv, np.zeros((rows, width), np.int32),
+                np.zeros(rows, np.int32), np.zeros(rows, np.int32),
+                np.zeros((rows, table_w), np.int32))
+            n_programs += 1
         jax.block_until_ready(self.kv)
         return n_programs
 
