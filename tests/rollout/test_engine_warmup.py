@@ -175,3 +175,23 @@ def test_short_prefill_chunks_share_one_program_a_width(model):
     assert shape(3, 33, 5) == (4, 48, 8)
     assert shape(2, 200, 100) == (2, 256, 128)
 
+
+def test_the_stats_count_the_calls_that_compiled(model, monkeypatch):
+    """`EngineStats.compiles` / `compile_s` (the training metrics' engine_compiles and
+    time_engine_compile_s): a program compiled on demand is counted once, in the call that
+    compiled it; the same shapes again compile nothing."""
+    monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
+    for program in (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit):
+        program.clear_cache()
+    engine = Engine(model, EngineConfig(num_slots=4, page_size=8, max_seq_len=64,
+                                        decode_steps=4, prefill_chunk=16, prefill_rows=2,
+                                        sampling=SamplingParams(temperature=1.0)))
+    _sample(engine)
+    stats = engine.reset_stats()
+    assert stats.compiles == runner._compiled_programs() >= 2
+    assert 0 < stats.compile_s <= stats.prefill_s + stats.decode_s
+    metrics = stats.as_metrics()
+    assert metrics["engine_compiles"] == stats.compiles
+    assert metrics["time_engine_compile_s"] == stats.compile_s
+    _sample(engine)
+    assert engine.stats.compiles == 0 and engine.stats.compile_s == 0.0

@@ -66,7 +66,9 @@ def _sides(ours_others=0.1):
     ours = bench.SideResult(bench.OURS_NAME, [
         dict(_step(w, r, ours_others), loop={"time_rollout_s": r, "time_update_s": w - r,
                                               "time_step_s": w, "time_engine_prefill_s": 1.5,
-                                              "time_engine_decode_s": r - 4})
+                                              "time_engine_decode_s": r - 4,
+                                              "time_engine_compile_s": 2.5 if w > 30 else 0.0,
+                                              "engine_compiles": 3.0 if w > 30 else 0.0})
         for w, r in ((200, 40), (30, 10), (31, 10), (29, 9))],
         info={"describe": "ours"}, done={"peak_steps_mb": 4000.0, "peak_process_mb": 4500.0})
     return trl, ours
@@ -100,7 +102,9 @@ def test_report_prints_both_sides_ratios_and_the_floor():
     floor_s = flops.update_floor(3000, 1500) / 500e9
     assert f"= {floor_s:.2f} s; its update 41.00 s is {41 / floor_s:.2f}x the floor" in text
     assert "99.0 = 50.0 + 49.0" in text  # every step listed, the first one too
-    assert "[loop: 10.0 (engine prefill 1.5, decode 6.0) + 20.0]" in text
+    assert ("[loop: 10.0 (engine prefill 1.5, decode 6.0; of them compiling 0.0 in 0 calls) "
+            "+ 20.0]") in text
+    assert "(engine prefill 1.5, decode 6.0; of them compiling 2.5 in 3 calls)" in text
 
 
 def test_a_ratio_is_withheld_when_the_machine_was_not_shared_alike():

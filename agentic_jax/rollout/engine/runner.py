@@ -196,6 +196,24 @@ class ModelRunner:
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
+        self._compiles, self._compile_s = 0, 0.0
+
+    def take_compiles(self) -> tuple[int, float]:
+        """The calls that compiled a program (or loaded one from the persistent compile
+        cache) since the last take, and their seconds; counted again from zero."""
+        out, (self._compiles, self._compile_s) = (self._compiles, self._compile_s), (0, 0.0)
+        return out
+
+    def _call(self, program: Any, *args: Any, **kwargs: Any) -> Any:
+        """``program(*args, **kwargs)``, counted in `take_compiles` when it compiled (its
+        dispatch, where the compilation happens, timed)."""
+        before, t0 = _compiled_programs(), time.perf_counter()
+        out = program(*args, **kwargs)
+        after = _compiled_programs()
+        if before is not None and after is not None and after > before:
+            self._compiles += after - before
+            self._compile_s += time.perf_counter() - t0
+        return out
 
     @property
     def params(self) -> nnx.State | None:
@@ -239,7 +257,7 @@ class ModelRunner:
         src = np.zeros(n, np.int32)
         dst = np.full(n, self.num_pages, np.int32)     # out of range: the padding copies nothing
         src[:len(copies)], dst[:len(copies)] = zip(*copies)
-        self.kv = pm.copy_pages_jit(self.kv, src, dst)
+        self.kv = self._call(pm.copy_pages_jit, self.kv, src, dst)
         MAP_WATCH.after_call(self.kv)
 
     def prefill_shape(self, rows: int, longest: int, pages: int) -> tuple[int, int, int]:
@@ -277,7 +295,8 @@ class ModelRunner:
                                                                 len(chunk.tokens))
             used = chunk.pages[:table_w]
             tables[r, :len(used)] = used
-        self.kv = pm.prefill_jit(self.graphdef, self._weights, self.kv, tokens, start, lens, tables)
+        self.kv = self._call(pm.prefill_jit, self.graphdef, self._weights, self.kv, tokens,
+                             start, lens, tables)
         jax.block_until_ready(self.kv)
         MAP_WATCH.after_call(self.kv)
 
@@ -319,8 +338,9 @@ class ModelRunner:
         wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
         spec = self.speculative_tokens if allowed is None else 0   # none under a constraint
         window = context_window([s.tokens for s in running], n) if spec else None
-        out = pm.decode_jit(
-            self.graphdef, self._weights, self.kv, slots, tables, self._pairs(running, n),
+        out = self._call(
+            pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
+            self._pairs(running, n),
             temperature, top_p, jnp.int32(return_after), allowed, window,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
             use_filter=use_filter, attention_impl=self.decode_impl,

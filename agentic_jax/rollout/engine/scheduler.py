@@ -185,7 +185,17 @@ class Scheduler(SlotTable):
         self.stats.prefill_calls += 1
         self.stats.prefill_tokens += written
         self.stats.prefill_s += time.perf_counter() - t0
+        self._count_compiles()
         return written
+
+    def _count_compiles(self) -> None:
+        """Adds the runner's compiling calls since the last count (a runner that does not
+        count them: none) to the stats."""
+        take = getattr(self.runner, "take_compiles", None)
+        if take is not None:
+            count, seconds = take()
+            self.stats.compiles += count
+            self.stats.compile_s += seconds
 
     def _flush_copies(self) -> None:
         if self.pages.copies:
@@ -241,6 +251,7 @@ class Scheduler(SlotTable):
             elif reason is not None:
                 self._finish(seq, reason)
         self.stats.decode_s += time.perf_counter() - t0
+        self._count_compiles()
         return True
 
     def _tops(self, out: DecodeResult, row: int, count: int, seq: Seq

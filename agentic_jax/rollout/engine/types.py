@@ -225,7 +225,10 @@ class Event(NamedTuple):
 class EngineStats:
     """Counters since the engine was built (or `Engine.reset_stats`). slot_utilisation =
     token_steps / slot_steps (decode steps x num_slots); row_steps counts the rows computed;
-    drafted / accepted_tokens: speculative drafts verified and emitted."""
+    drafted / accepted_tokens: speculative drafts verified and emitted. compiles /
+    compile_s: device calls that compiled a program (or loaded it from the persistent compile
+    cache) and their seconds, which prefill_s and decode_s include (a page copy's among the
+    prefill's)."""
 
     pool_pages: int
     page_bytes: int
@@ -246,6 +249,8 @@ class EngineStats:
     accepted_tokens: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    compiles: int = 0
+    compile_s: float = 0.0
 
     # How `fold` combines each field (every field is in one; a test keeps it so).
     CONSTANTS = ("pool_pages", "page_bytes")
@@ -253,7 +258,8 @@ class EngineStats:
     PEAKS = ("pages_peak",)
     COUNTS = ("slot_steps", "row_steps", "token_steps", "decode_calls", "prefill_calls",
               "prefill_tokens", "steps", "pages_in_use_sum", "preemptions", "prefix_hits",
-              "cached_tokens", "drafted_tokens", "accepted_tokens", "prefill_s", "decode_s")
+              "cached_tokens", "drafted_tokens", "accepted_tokens", "prefill_s", "decode_s",
+              "compiles", "compile_s")
 
     def fold(self, later: EngineStats) -> None:
         """Folds in the counters of a later span of the same engine (its `reset_stats` between
@@ -290,8 +296,10 @@ class EngineStats:
                 "engine_preemptions": float(self.preemptions),
                 "engine_prefix_hits": float(self.prefix_hits),
                 "engine_cached_tokens": float(self.cached_tokens),
+                "engine_compiles": float(self.compiles),
                 "time_engine_prefill_s": self.prefill_s,
-                "time_engine_decode_s": self.decode_s}
+                "time_engine_decode_s": self.decode_s,
+                "time_engine_compile_s": self.compile_s}
 
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in dataclasses.asdict(self).items()}
