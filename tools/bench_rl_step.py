@@ -80,7 +80,7 @@ OURS_NAME = "agentic_jax"
 # The loop's own per-step timings printed beside ours' steps (the engine's where logged).
 LOOP_KEYS = ("time_rollout_s", "time_update_s", "time_step_s")
 ENGINE_KEYS = ("time_engine_prefill_s", "time_engine_decode_s", "time_engine_compile_s",
-               "engine_compiles")
+               "time_engine_compiles")
 # Seconds a side may take to load, or to run one step, before the benchmark gives up on it.
 START_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 1800.0
@@ -238,9 +238,9 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
             engine = (f" (engine prefill {loop['time_engine_prefill_s']:.1f}, decode "
                       f"{loop['time_engine_decode_s']:.1f}"
                       if loop and "time_engine_decode_s" in loop else "")
-            if engine and "engine_compiles" in loop:
+            if engine and "time_engine_compiles" in loop:
                 engine += (f"; of them compiling {loop['time_engine_compile_s']:.1f} in "
-                           f"{loop['engine_compiles']:.0f} calls")
+                           f"{loop['time_engine_compiles']:.0f} calls")
             engine += ")" if engine else ""
             extra = (f" [loop: {loop['time_rollout_s']:.1f}{engine} + "
                      f"{loop['time_update_s']:.1f}]" if loop else "")

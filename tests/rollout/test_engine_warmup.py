@@ -177,7 +177,7 @@ def test_short_prefill_chunks_share_one_program_a_width(model):
 
 
 def test_the_stats_count_the_calls_that_compiled(model, monkeypatch):
-    """`EngineStats.compiles` / `compile_s` (the training metrics' engine_compiles and
+    """`EngineStats.compiles` / `compile_s` (the training metrics' time_engine_compiles and
     time_engine_compile_s): a program compiled on demand is counted once, in the call that
     compiled it; the same shapes again compile nothing."""
     monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
@@ -191,7 +191,7 @@ def test_the_stats_count_the_calls_that_compiled(model, monkeypatch):
     assert stats.compiles == runner._compiled_programs() >= 2
     assert 0 < stats.compile_s <= stats.prefill_s + stats.decode_s
     metrics = stats.as_metrics()
-    assert metrics["engine_compiles"] == stats.compiles
+    assert metrics["time_engine_compiles"] == stats.compiles
     assert metrics["time_engine_compile_s"] == stats.compile_s
     _sample(engine)
     assert engine.stats.compiles == 0 and engine.stats.compile_s == 0.0

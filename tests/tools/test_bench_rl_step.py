@@ -68,7 +68,7 @@ def _sides(ours_others=0.1):
                                               "time_step_s": w, "time_engine_prefill_s": 1.5,
                                               "time_engine_decode_s": r - 4,
                                               "time_engine_compile_s": 2.5 if w > 30 else 0.0,
-                                              "engine_compiles": 3.0 if w > 30 else 0.0})
+                                              "time_engine_compiles": 3.0 if w > 30 else 0.0})
         for w, r in ((200, 40), (30, 10), (31, 10), (29, 9))],
         info={"describe": "ours"}, done={"peak_steps_mb": 4000.0, "peak_process_mb": 4500.0})
     return trl, ours

@@ -281,7 +281,8 @@ class EngineStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     def as_metrics(self) -> dict[str, float]:
-        """The figures a training step logs (``engine_*``; wall-clock seconds as
+        """The figures a training step logs (``engine_*``; wall-clock seconds and the count of
+        compiling calls, which depends on what the process compiled before, as
         ``time_engine_*``, with the other timings); the speculative ones once drafts ran."""
         spec = {} if not self.drafted_tokens else {
             "engine_spec_drafted": float(self.drafted_tokens),
@@ -296,7 +297,7 @@ class EngineStats:
                 "engine_preemptions": float(self.preemptions),
                 "engine_prefix_hits": float(self.prefix_hits),
                 "engine_cached_tokens": float(self.cached_tokens),
-                "engine_compiles": float(self.compiles),
+                "time_engine_compiles": float(self.compiles),
                 "time_engine_prefill_s": self.prefill_s,
                 "time_engine_decode_s": self.decode_s,
                 "time_engine_compile_s": self.compile_s}
