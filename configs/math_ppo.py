@@ -108,6 +108,10 @@ def _default() -> ml_collections.ConfigDict:
     # a pass of their own before the update.
     c.training.recompute_old_logprobs = "auto"
     c.training.max_skipped_updates = 5  # consecutive non-finite updates before stopping
+    # A batch whose every trained token has advantage 0 (each GRPO group got one reward) and
+    # whose loss has no other term: the optimizer steps on the zero gradient without the
+    # forward and backward passes (the same weights; entropy is not measured that step).
+    c.training.skip_zero_gradient = True
     c.training.offload_optimizer = False  # optimizer state in pinned host memory (ZeRO-3 offload)
 
     c.environment = ml_collections.ConfigDict()

@@ -31,6 +31,8 @@ figures are the median of its steps after the first (compilation, warm-up).
     ``configs/math_ppo.py:smollm2-135m-gsm8k`` recipe (GRPO with one update,
     `_grpo_one_update`; data.source=gsm8k, prefix caching) without its warm start, S samples,
     rl.kl_coef=0, lr 1e-6 without warm-up, model.dtype float32, model.remat=full,
+    training.skip_zero_gradient=False (a batch of one reward a group runs its backward pass,
+    as TRL's does),
     environment.tool_mode=forbidden with the direct-answer prompt (the project's no-tools
     setting), training.max_length = the longest prompt + N (the pretrained-model rule,
     `models.pretrained.pretrained_defaults`) and every episode capped at its prompt + N
@@ -515,6 +517,10 @@ def ours_config(spec: dict[str, Any]):
         "rl.accuracy_band": (0.0, 1.0),  # one batch of P prompts, as TRL's: no dynamic sampling
         "rl.max_oversample": 1.0,
         "training.warmup_steps": 0,
+        # TRL runs the backward pass of every batch: so does ours here, even where every
+        # group got one reward and the gradient is zero (the loop's default steps the
+        # optimizer on it without the passes).
+        "training.skip_zero_gradient": False,
         "model.dtype": "float32",
         "model.param_dtype": "float32",
         "model.remat": "full",

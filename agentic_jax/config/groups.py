@@ -62,10 +62,16 @@ class TrainingConfig:
     # own forward (False: exact only for one optimizer step a batch), or "auto" (the second
     # where it is exact; `agentic_jax.config.resolve_old_logprobs`).
     recompute_old_logprobs: bool | str = "auto"
+    # A batch whose loss has an exactly zero gradient (every trained token's advantage 0 and
+    # no other loss term) steps the optimizer on that zero gradient without the forward and
+    # backward passes: the same weights, without the step's entropy and mismatch metrics.
+    skip_zero_gradient: bool = True
 
     def __post_init__(self):
         _positive(self, "batch_size", "total_steps", "max_length", "ppo_epochs", "minibatches",
                   "micro_batches")
+        check(isinstance(self.skip_zero_gradient, bool), "skip_zero_gradient", "True or False",
+              self.skip_zero_gradient)
         check(self.lr > 0, "lr", "a positive number", self.lr)
         check(0 <= self.warmup_steps < self.total_steps, "warmup_steps",
               f"an integer in [0, training.total_steps={self.total_steps})", self.warmup_steps)

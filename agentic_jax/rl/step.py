@@ -207,6 +207,43 @@ def make_train_step(
     )
 
 
+def make_zero_gradient_step(
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh | None = None,
+    *,
+    shardings: TrainShardings | None = None,
+) -> Callable[[nnx.State, Any], tuple[nnx.State, Any, Array]]:
+    """A jit-compiled `step(state, opt_state) -> (state, opt_state, lr)`: the optimizer update
+    `make_train_step` applies to a batch whose loss has an exactly zero gradient (every trained
+    token's advantage 0 and no other loss term: `training.update.zero_gradient`), without the
+    forward and backward passes. The optimizer still steps on the zero gradient (its count and
+    schedule, the moments' decay, momentum from earlier steps, weight decay), so state and
+    opt_state come out as the full step's would. ``lr``: the learning rate after the step
+    (-1 when the optimizer has no schedule to read)."""
+    step = functools.partial(
+        _zero_gradient_step, optimizer=optimizer,
+        opt_on_device=None if shardings is None else in_device_memory(shardings.opt_state))
+    if mesh is None:
+        return jax.jit(step, donate_argnums=(0, 1))
+    return jax.jit(step, in_shardings=(shardings.state, shardings.opt_state),
+                   out_shardings=(shardings.state, shardings.opt_state,
+                                  NamedSharding(mesh, P())),
+                   donate_argnums=(0, 1))
+
+
+def _zero_gradient_step(state: nnx.State, opt_state, *, optimizer, opt_on_device: Any):
+    """The body of `make_zero_gradient_step`'s compiled step."""
+    params, rest = params_and_rest(state)
+    grads = jax.tree.map(jnp.zeros_like, params)
+    if opt_on_device is not None:  # offloaded: host -> device for the update, and back
+        opt_state = jax.device_put(opt_state, opt_on_device)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    lr = current_lr(opt_state)
+    return (nnx.merge_state(params, rest), opt_state,
+            jnp.asarray(-1.0 if lr is None else lr, jnp.float32))
+
+
 def _train_step(state: nnx.State, opt_state, batch: TrainBatch | dict[str, Array], *,
                 graphdef, optimizer, loss_config: losses.LossConfig, mesh: Mesh | None,
                 micro_batches: int, compute_dtype: str | None, data_shards: int,

@@ -31,7 +31,7 @@ from agentic_jax.rl.optim import make_optimizer
 from agentic_jax.rl.shardings import (
     TrainShardings, has_adapters, init_opt_state, train_shardings)
 from agentic_jax.rl.state import TrainState, root_rng
-from agentic_jax.rl.step import make_train_step
+from agentic_jax.rl.step import make_train_step, make_zero_gradient_step
 from agentic_jax.rollout import ToolController
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class Run:
     optimizer: optax.GradientTransformation
     shardings: TrainShardings
     step_fn: Any
+    zero_step_fn: Any  # `rl.step.make_zero_gradient_step`: step_fn's update of a zero gradient
     experience: ExperienceConfig
     batch_sharding: NamedSharding
     row_multiple: int
@@ -80,6 +81,7 @@ def build_run(cfg: RunConfig) -> tuple[Run, TrainState]:
         policy=policy_, optimizer=optimizer, shardings=shardings,
         step_fn=make_train_step(policy_.graphdef, optimizer, cfg.loss, mesh, t.micro_batches,
                                 shardings=shardings, compute_dtype=cfg.model.compute_dtype),
+        zero_step_fn=make_zero_gradient_step(optimizer, mesh, shardings=shardings),
         experience=ExperienceConfig(
             estimator=cfg.rl.estimator, advantage=cfg.advantage, filters=cfg.filters,
             kl_coef=cfg.rl.kl_coef, kl_estimator=cfg.rl.kl_estimator,

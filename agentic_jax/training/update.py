@@ -48,6 +48,8 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
         batch_sharding=run.batch_sharding)
     if batch is None:
         return UpdateResult(state, {**stats, "skipped": 1.0}, skipped_in_a_row)
+    if t.skip_zero_gradient and zero_gradient(batch, run.cfg.loss):
+        return _zero_gradient_update(run, state, batch, stats)
     rng = np.random.default_rng([run.cfg.seed, step])
     params, opt_state = state.params, state.opt_state
     packing = {}
@@ -67,9 +69,49 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
                 sums[k] = sums.get(k, 0.0) + float(v)
             n += 1
     out = {k: v / n for k, v in sums.items()}
-    out.update(stats)
+    out.update(stats, zero_gradient=0.0)
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
                         skipped_in_a_row)
+
+
+def zero_gradient(batch: Any, loss: Any) -> bool:
+    """Whether the update's loss has an exactly zero gradient: every trained token's advantage
+    is 0 (GRPO's advantages when every group got a single reward, as in most steps of sparse
+    rewards: 12 of 12 in GSM8K without a warm start) and no other term weighs in (no entropy
+    bonus, value loss or KL to a reference). Decided in a single process only (with several,
+    each holds a share of the batch and all must agree): there the full step runs."""
+    if jax.process_count() > 1 or loss.entropy_coef or loss.value_coef:
+        return False
+    if loss.kl_coef and batch.ref_logprobs is not None:
+        return False
+    advantages, mask = jax.device_get((batch.advantages, batch.loss_mask))
+    return not np.any(np.asarray(advantages)[np.asarray(mask) > 0])
+
+
+def _zero_gradient_update(run: Run, state: TrainState, batch: Any, stats: dict[str, float]
+                          ) -> UpdateResult:
+    """The update of a batch whose loss has a zero gradient (`zero_gradient`): each of its
+    ppo_epochs x minibatches optimizer steps applied to that zero gradient without the forward
+    and backward passes (`rl.step.make_zero_gradient_step`): the same weights and optimizer
+    state as the full steps, in a fraction of a second. Its metrics are the ones known
+    without the forward: the loss, its gradient norm and clipped fraction are 0, and so is
+    approx_kl where the old log-probs are this update's own; entropy and the sampler mismatch
+    are not measured (zero_gradient = 1 marks the step)."""
+    t = run.cfg.training
+    params, opt_state = state.params, state.opt_state
+    for _ in range(t.ppo_epochs * t.minibatches):
+        params, opt_state, lr = run.zero_step_fn(params, opt_state)
+    mask = np.asarray(jax.device_get(batch.loss_mask))
+    out = {"loss": 0.0, "policy_loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "skipped": 0.0,
+           "tokens": float(mask.sum()) / t.minibatches, "zero_gradient": 1.0}
+    if batch.old_logprobs is None:   # the update's own forward: ratio 1
+        out["approx_kl"] = 0.0
+    lr = float(jax.device_get(lr))
+    if lr >= 0:
+        out["lr"] = lr
+    out.update(stats)
+    # a finite step: the count of non-finite ones in a row starts again
+    return UpdateResult(state.replace(params=params, opt_state=opt_state), out, 0)
 
 
 def _count_skips(metrics: dict[str, Any], in_a_row: int, limit: int) -> int:
