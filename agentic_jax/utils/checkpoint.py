@@ -132,14 +132,18 @@ class Checkpointer:
         holds disk space, and orbax would trip over it at the next save)."""
         self._failed, self._in_flight = True, None
         _mute_failed_save_leftovers()
-        if jax.process_index() == 0:
-            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
-                shutil.rmtree(partial, ignore_errors=True)
+        self._remove_partial_saves()
         kept = [s for s in self.all_steps() if s != step]
         what = "a checkpoint" if step is None else f"the checkpoint of step {step}"
         return CheckpointSaveError(
             f"saving {what} in {self.directory} failed: {cause(err)}"
             + (f" (step {kept[-1]}'s checkpoint is intact)" if kept else ""))
+
+    def _remove_partial_saves(self) -> None:
+        """Removes the temporary directories of unfinished saves (process 0 removes them)."""
+        if jax.process_index() == 0:
+            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+                shutil.rmtree(partial, ignore_errors=True)
 
     def restore_latest(self, abstract_state: Any, *, partial: bool = False,
                        set_aside: bool = False) -> Restored | None:
@@ -214,6 +218,11 @@ class Checkpointer:
             except Exception:  # noqa: BLE001 - the failed save again
                 if not self._failed:
                     raise
+            finally:
+                if self._failed:
+                    # A failed save's other writers may have gone on after the error was
+                    # raised and left its temporary directory again; they are done now.
+                    self._remove_partial_saves()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -133,6 +133,25 @@ def test_a_failed_save_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, c
     np.testing.assert_array_equal(restored.state["w"], big["w"])
 
 
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_failed_saves_late_writers_leave_nothing_after_close(tmp_path, async_save):
+    """A failed save's other writers may go on after its error was raised and leave the
+    temporary directory again (seen under load: '4.orbax-checkpoint-tmp' beside '2'); closing
+    the checkpointer, once they are done, removes it."""
+    big = {"w": jax.random.normal(jax.random.key(0), (256, 1024))}
+    ck = Checkpointer(str(tmp_path), every_steps=1, keep=1, async_save=async_save)
+    ck.maybe_save(1, big, {"pos": 1})
+    ck.wait()
+    with _file_size_limit(100_000), pytest.raises(CheckpointSaveError):
+        ck.maybe_save(2, big, {"pos": 2})
+        ck.wait()
+    late = tmp_path / "2.orbax-checkpoint-tmp-9" / "state"   # what a late writer leaves
+    late.mkdir(parents=True)
+    (late / "part").write_bytes(b"x")
+    ck.close()
+    assert os.listdir(tmp_path) == ["1"]
+
+
 def test_process_killed_during_save_keeps_previous(tmp_path):
     script = textwrap.dedent(f"""
       import jax, jax.numpy as jnp, sys, time
