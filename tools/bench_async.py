@@ -72,7 +72,9 @@ def summary(records: list[dict]) -> dict[str, float]:
     timed = records[WARM_STEPS:]
 
     def mean(key: str) -> float:
-        return sum(r.get(key, 0.0) for r in timed) / len(timed)
+        """Over the steps that logged ``key`` (a zero-gradient step logs no mismatch)."""
+        have = [r[key] for r in timed if key in r]
+        return sum(have) / len(have) if have else 0.0
 
     step_s = mean("time_step_s")
     return {"step_s": step_s, "steps_per_hour": 3600.0 / step_s,

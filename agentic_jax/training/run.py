@@ -215,7 +215,9 @@ def rl_step(run: Run, state: TrainState, step: int, skipped: int = 0,
             rollouts.publish(result.state.params, step)
     metrics = episode_summary(experience.table, run.policy.problems.stages)
     metrics.update(result.metrics)
-    metrics["kl"] = result.metrics.get("kl_ref", result.metrics.get("approx_kl", 0.0))
+    kl = result.metrics.get("kl_ref", result.metrics.get("approx_kl"))
+    if kl is not None:  # a zero-gradient step with stored old log-probs measures neither
+        metrics["kl"] = kl
     tokens = float(experience.table["sequence_length"].sum())
     t = experience.timing
     metrics.update(

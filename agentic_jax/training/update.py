@@ -78,14 +78,24 @@ def zero_gradient(batch: Any, loss: Any) -> bool:
     """Whether the update's loss has an exactly zero gradient: every trained token's advantage
     is 0 (GRPO's advantages when every group got a single reward, as in most steps of sparse
     rewards: 12 of 12 in GSM8K without a warm start) and no other term weighs in (no entropy
-    bonus, value loss or KL to a reference). Decided in a single process only (with several,
-    each holds a share of the batch and all must agree): there the full step runs."""
+    bonus, value loss or KL to a reference), with finite log-probs and importance weights
+    where the loss trains. Decided in a single process only (with several, each holds a share
+    of the batch and all must agree): there the full step runs."""
     if jax.process_count() > 1 or loss.entropy_coef or loss.value_coef:
         return False
     if loss.kl_coef and batch.ref_logprobs is not None:
         return False
-    advantages, mask = jax.device_get((batch.advantages, batch.loss_mask))
-    return not np.any(np.asarray(advantages)[np.asarray(mask) > 0])
+    advantages, mask, *rest = jax.device_get(
+        (batch.advantages, batch.loss_mask)
+        + tuple(x for x in (batch.old_logprobs, batch.sampler_logprobs, batch.is_weights)
+                if x is not None))
+    trained = np.asarray(mask) > 0
+    if np.any(np.asarray(advantages)[trained]):
+        return False
+    # A non-finite log-prob or weight where the loss trains makes the full step's loss NaN
+    # (0 x inf), which skips that update and counts towards TrainingDiverged: the full step
+    # decides those.
+    return all(np.isfinite(np.asarray(x)[trained]).all() for x in rest)
 
 
 def _zero_gradient_update(run: Run, state: TrainState, batch: Any, stats: dict[str, float]
@@ -99,16 +109,18 @@ def _zero_gradient_update(run: Run, state: TrainState, batch: Any, stats: dict[s
     are not measured (zero_gradient = 1 marks the step)."""
     t = run.cfg.training
     params, opt_state = state.params, state.opt_state
-    for _ in range(t.ppo_epochs * t.minibatches):
+    steps, rates = t.ppo_epochs * t.minibatches, []
+    for _ in range(steps):
         params, opt_state, lr = run.zero_step_fn(params, opt_state)
+        rates.append(lr)
     mask = np.asarray(jax.device_get(batch.loss_mask))
     out = {"loss": 0.0, "policy_loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "skipped": 0.0,
            "tokens": float(mask.sum()) / t.minibatches, "zero_gradient": 1.0}
     if batch.old_logprobs is None:   # the update's own forward: ratio 1
         out["approx_kl"] = 0.0
-    lr = float(jax.device_get(lr))
-    if lr >= 0:
-        out["lr"] = lr
+    rates = [float(r) for r in jax.device_get(rates)]
+    if min(rates) >= 0:   # the mean over the optimizer steps, as the full update logs it
+        out["lr"] = sum(rates) / steps
     out.update(stats)
     # a finite step: the count of non-finite ones in a row starts again
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out, 0)

@@ -14,6 +14,7 @@ from flax import nnx
 from agentic_jax.models import Transformer, get_preset
 from agentic_jax.rl import LossConfig, init_opt_state, make_optimizer, make_train_step
 from agentic_jax.rl.step import make_zero_gradient_step
+from agentic_jax.training import update as update_lib
 from agentic_jax.training.update import zero_gradient
 
 VOCAB, B, T = 64, 8, 16
@@ -67,11 +68,16 @@ def test_the_zero_gradient_step_is_the_full_step_of_a_zero_advantage_batch(weigh
     assert max(moved) > 0
 
 
+def _fields(**kw):
+    none = dict(ref_logprobs=None, old_logprobs=None, sampler_logprobs=None, is_weights=None)
+    return types.SimpleNamespace(**(none | kw))
+
+
 def test_which_batches_have_a_zero_gradient():
     mask = np.zeros((2, 6), np.float32)
     mask[:, 2:5] = 1.0
     adv = np.zeros((2, 6), np.float32)
-    batch = types.SimpleNamespace(advantages=adv, loss_mask=mask, ref_logprobs=None)
+    batch = _fields(advantages=adv, loss_mask=mask)
     assert zero_gradient(batch, GRPO)
     adv[1, 5] = 0.7          # an advantage on a position the loss does not train
     assert zero_gradient(batch, GRPO)
@@ -81,5 +87,38 @@ def test_which_batches_have_a_zero_gradient():
     assert not zero_gradient(batch, LossConfig(value_coef=0.0, entropy_coef=0.01))
     assert not zero_gradient(batch, LossConfig(value_coef=0.5))
     assert zero_gradient(batch, LossConfig(value_coef=0.0, kl_coef=0.1))   # no reference
-    with_ref = types.SimpleNamespace(advantages=adv, loss_mask=mask, ref_logprobs=adv)
+    with_ref = _fields(advantages=adv, loss_mask=mask, ref_logprobs=adv)
     assert not zero_gradient(with_ref, LossConfig(value_coef=0.0, kl_coef=0.1))
+    # a non-finite log-prob or weight where the loss trains: the full step decides (its loss
+    # is NaN and it skips the update); outside the trained positions it does not matter
+    old = np.full((2, 6), -2.0, np.float32)
+    old[0, 0] = -np.inf
+    assert zero_gradient(_fields(advantages=adv, loss_mask=mask, old_logprobs=old), GRPO)
+    old[1, 3] = -np.inf
+    assert not zero_gradient(_fields(advantages=adv, loss_mask=mask, old_logprobs=old), GRPO)
+    weights = np.ones((2, 6), np.float32)
+    weights[0, 2] = np.nan
+    assert not zero_gradient(_fields(advantages=adv, loss_mask=mask, is_weights=weights), GRPO)
+
+
+def test_a_zero_gradient_update_logs_the_mean_rate_of_its_optimizer_steps():
+    """ppo_epochs x minibatches optimizer steps, as the full update takes; its lr metric is
+    their mean, as the full update's is."""
+    rates = iter([1.0, 2.0, 3.0, 6.0])
+    calls = []
+
+    def zero_step_fn(params, opt_state):
+        calls.append(1)
+        return params + 1, opt_state, jnp.float32(next(rates))
+
+    training = types.SimpleNamespace(ppo_epochs=2, minibatches=2)
+    run = types.SimpleNamespace(cfg=types.SimpleNamespace(training=training),
+                                zero_step_fn=zero_step_fn)
+    state = types.SimpleNamespace(params=0, opt_state=None,
+                                  replace=lambda **kw: types.SimpleNamespace(**kw))
+    batch = _fields(loss_mask=np.ones((4, 3), np.float32))
+    result = update_lib._zero_gradient_update(run, state, batch, {"kept_frac": 1.0})
+    assert len(calls) == 4 and result.state.params == 4
+    assert result.metrics["lr"] == 3.0 and result.metrics["tokens"] == 6.0
+    assert result.metrics["zero_gradient"] == 1.0 and result.metrics["kept_frac"] == 1.0
+    assert "approx_kl" in result.metrics        # old log-probs are the update's own: ratio 1

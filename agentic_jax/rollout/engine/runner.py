@@ -268,9 +268,10 @@ class ModelRunner:
         bucketed chunk widths (`_width_bucket`) and power-of-two table widths: a chunk attends
         over the pages up to its own end, not over max_seq_len. A short chunk (at most
         `SHORT_CHUNK` tokens: the rest of a prompt after its cached pages, a tool's output)
-        takes at least `SHORT_ROWS` rows and `SHORT_TABLE_POSITIONS` of table, so every short
-        chunk of a width shares one program instead of one for each row count and table
-        width (GRPO's samples of a prompt each prefill the prompt's last page after the first
+        takes at least `SHORT_ROWS` rows and `SHORT_TABLE_POSITIONS` of table, so the short
+        chunks of a width share one program (where prefill_rows <= `SHORT_ROWS` and they end
+        within the short table; past it, power-of-two tables as for long chunks) instead of
+        one for each row count and table width (GRPO's samples of a prompt each prefill the prompt's last page after the first
         sample's cached pages: 5 of the 10 prefill programs SmolLM2 compiled in its first 4
         GSM8K steps at 8x4, 2.5-3 s each); the padding costs little beside the weights' pass.
         """

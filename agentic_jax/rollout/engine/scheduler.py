@@ -162,14 +162,16 @@ class Scheduler(SlotTable):
     def _run_prefill(self, budget: int) -> int:
         """One chunk for up to prefill_rows contexts, ``budget`` tokens at most; returns the
         tokens written (0: none)."""
+        t0 = time.perf_counter()
         for seq in self.slots:  # a fork that found no page for its copy tries again
             if seq is not None and seq.state == PREFILL and seq.prefix is not None:
                 self._start_if_ready(seq)
         self._flush_copies()
         jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows, budget)
         if not jobs:
+            self.stats.prefill_s += time.perf_counter() - t0
+            self._count_compiles()
             return 0
-        t0 = time.perf_counter()
         self.runner.prefill([chunk for _, chunk in jobs])
         for target, chunk in jobs:
             if isinstance(target, Prefix):
