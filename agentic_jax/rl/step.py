@@ -237,8 +237,7 @@ def _zero_gradient_step(state: nnx.State, opt_state, *, optimizer, opt_on_device
     grads = jax.tree.map(jnp.zeros_like, params)
     if opt_on_device is not None:  # offloaded: host -> device for the update, and back
         opt_state = jax.device_put(opt_state, opt_on_device)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    params, opt_state = _update_if_finite(optimizer, grads, opt_state, params, jnp.bool_(True))
     lr = current_lr(opt_state)
     return (nnx.merge_state(params, rest), opt_state,
             jnp.asarray(-1.0 if lr is None else lr, jnp.float32))

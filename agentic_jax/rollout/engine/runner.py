@@ -271,9 +271,10 @@ class ModelRunner:
         takes at least `SHORT_ROWS` rows and `SHORT_TABLE_POSITIONS` of table, so the short
         chunks of a width share one program (where prefill_rows <= `SHORT_ROWS` and they end
         within the short table; past it, power-of-two tables as for long chunks) instead of
-        one for each row count and table width (GRPO's samples of a prompt each prefill the prompt's last page after the first
-        sample's cached pages: 5 of the 10 prefill programs SmolLM2 compiled in its first 4
-        GSM8K steps at 8x4, 2.5-3 s each); the padding costs little beside the weights' pass.
+        one for each row count and table width (GRPO's samples of a prompt each prefill the
+        prompt's last page after the first sample's cached pages: 5 of the 10 prefill
+        programs SmolLM2 compiled in its first 4 GSM8K steps at 8x4, 2.5-3 s each); the
+        padding costs little beside the weights' pass.
         """
         width = _width_bucket(longest)
         rows, table_w = _bucket(rows, self.prefill_rows), _bucket(pages, self.max_pages)
@@ -341,8 +342,7 @@ class ModelRunner:
         window = context_window([s.tokens for s in running], n) if spec else None
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
-            self._pairs(running, n),
-            temperature, top_p, jnp.int32(return_after), allowed, window,
+            self._pairs(running, n), temperature, top_p, jnp.int32(return_after), allowed, window,
             num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
             use_filter=use_filter, attention_impl=self.decode_impl,
             top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0, speculative_tokens=spec,
