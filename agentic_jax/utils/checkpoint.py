@@ -39,6 +39,11 @@ _OS_ERROR = re.compile(r"([^:\"]+) \[os_error_code='(\d+)'\]")
 _STATUS = re.compile(r"^([A-Z][A-Z_]+): ")
 
 
+# After a failed save, `Checkpointer.close` removes its temporary directory until none has
+# come back for SETTLE_S seconds (at most SETTLE_MAX_S).
+SETTLE_S, SETTLE_MAX_S = 0.5, 5.0
+
+
 class CheckpointSaveError(UserError):
     """A checkpoint could not be written; the message names the cause in one line."""
 
@@ -139,11 +144,15 @@ class Checkpointer:
             f"saving {what} in {self.directory} failed: {cause(err)}"
             + (f" (step {kept[-1]}'s checkpoint is intact)" if kept else ""))
 
-    def _remove_partial_saves(self) -> None:
-        """Removes the temporary directories of unfinished saves (process 0 removes them)."""
+    def _remove_partial_saves(self) -> bool:
+        """Removes the temporary directories of unfinished saves (process 0 removes them);
+        whether there was one."""
+        found = []
         if jax.process_index() == 0:
-            for partial in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+            found = glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*"))
+            for partial in found:
                 shutil.rmtree(partial, ignore_errors=True)
+        return bool(found)
 
     def restore_latest(self, abstract_state: Any, *, partial: bool = False,
                        set_aside: bool = False) -> Restored | None:
@@ -220,9 +229,15 @@ class Checkpointer:
                     raise
             finally:
                 if self._failed:
-                    # A failed save's other writers may have gone on after the error was
-                    # raised and left its temporary directory again; they are done now.
-                    self._remove_partial_saves()
+                    # A failed save's other writers may go on after the error was raised, and
+                    # after the manager closed, and leave its temporary directory again:
+                    # removed until none has come back for SETTLE_S (at most SETTLE_MAX_S).
+                    deadline = quiet = time.monotonic()
+                    deadline += SETTLE_MAX_S
+                    while time.monotonic() - quiet < SETTLE_S and time.monotonic() < deadline:
+                        if self._remove_partial_saves():
+                            quiet = time.monotonic()
+                        time.sleep(0.05)
 
     def __enter__(self) -> Checkpointer:
         return self

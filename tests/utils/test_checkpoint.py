@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import jax
@@ -145,10 +146,16 @@ def test_a_failed_saves_late_writers_leave_nothing_after_close(tmp_path, async_s
     with _file_size_limit(100_000), pytest.raises(CheckpointSaveError):
         ck.maybe_save(2, big, {"pos": 2})
         ck.wait()
-    late = tmp_path / "2.orbax-checkpoint-tmp-9" / "state"   # what a late writer leaves
-    late.mkdir(parents=True)
-    (late / "part").write_bytes(b"x")
+    def leave(name):                                          # what a late writer leaves
+        late = tmp_path / name / "state"
+        late.mkdir(parents=True)
+        (late / "part").write_bytes(b"x")
+
+    leave("2.orbax-checkpoint-tmp-9")                         # before the close
+    writer = threading.Timer(0.2, leave, ("2.orbax-checkpoint-tmp",))  # and during it
+    writer.start()
     ck.close()
+    writer.join()
     assert os.listdir(tmp_path) == ["1"]
 
 
