@@ -6,6 +6,7 @@ and no separate old-log-prob pass for one optimizer step a batch
     python tools/bench_update_paths.py                      # SmolLM2-135M, 16 rows of 352
     python tools/bench_update_paths.py --rows 32 --repeats 5
     python tools/bench_update_paths.py --smoke              # a tiny model, seconds
+    python tools/bench_update_paths.py --rows 24 --width 384 --paths=default   # the update alone
 
 The update is what the training loop runs for GRPO with one update a step: the old-log-prob
 pass (`compute_logprobs`, when it runs) and the compiled step (PPO-clip loss, AdamW, gradient
@@ -55,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--response", type=int, default=128,
                         help="response tokens a row (a 20-token tool output among them)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="comma-separated subset of " + ",".join(PATHS) + " (default: all); "
+                             "`--paths=default` times the loop's update alone, e.g. to compare "
+                             "two checkouts run one after the other")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and rows")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -66,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"--width {args.width}")
     if args.rows < 1 or args.repeats < 1:
         parser.error("--rows and --repeats: expected >= 1")
+    args.paths = tuple(p.strip() for p in args.paths.split(",") if p.strip())
+    unknown = [p for p in args.paths if p not in PATHS]
+    if unknown or not args.paths:
+        parser.error(f"--paths: expected a subset of {','.join(PATHS)}, got {unknown or 'none'}")
     return args
 
 
@@ -131,12 +140,14 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.response} ({args.response - 20} scored, the LM head on "
           f"{scored.shape[1]} columns a row with scoring)")
     print(bench_clock.machine_line())
-    sides = bench_clock.interleaved({p: functools.partial(update, p) for p in PATHS},
+    paths = [p for p in PATHS if p in args.paths]
+    sides = bench_clock.interleaved({p: functools.partial(update, p) for p in paths},
                                     repeats=args.repeats)
-    for path in PATHS:
+    for path in paths:
         print("  " + sides[path].describe())
-    for path in PATHS[1:]:
-        print("  " + bench_clock.ratio_line(sides[path], sides["before"]))
+    if "before" in sides:
+        for path in paths[1:]:
+            print("  " + bench_clock.ratio_line(sides[path], sides["before"]))
     try:
         from bench_rl_step import FlopModel
     except ImportError:  # trl's absence does not matter to the FLOP model
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     floor_s = floor / (gflops * 1e9)
     print(f"update FLOP floor {floor / 1e12:.2f} TFLOP = {floor_s:.2f} s at {gflops:.0f} "
           f"GFLOP/s ({flops.describe()})")
-    for path in PATHS:
+    for path in paths:
         print(f"  {path}: {sides[path].wall / floor_s:.2f}x the floor")
 
 
