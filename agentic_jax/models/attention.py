@@ -18,9 +18,11 @@ import jax.numpy as jnp
 SegmentIds = jax.Array | tuple[jax.Array, jax.Array] | None
 
 # Queries a block of index-causal attention computes together (`blocked_causal_attention`):
-# a SmolLM2 update of 24 x 384 tokens took 26.1-26.6 s in blocks of 64, 26.9-27.1 in 32,
-# 27.6-27.9 in 128 and 27.3-27.9 in 192.
+# in one sweep (2 steps each), a SmolLM2 update of 24 x 384 tokens took 26.1-26.6 s in blocks
+# of 64, 26.9-27.1 in 32, 27.6-27.9 in 128 and 27.3-27.9 in 192. Long rows take fewer, longer
+# blocks (at most CAUSAL_MAX_BLOCKS), so the compiled program does not grow with the width.
 CAUSAL_BLOCK = 64
+CAUSAL_MAX_BLOCKS = 8
 # A large finite negative keeps fully masked rows (padding) finite instead of NaN.
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
@@ -169,14 +171,17 @@ def blocked_causal_attention(
     block: int = CAUSAL_BLOCK,
 ) -> jax.Array:
     """`xla_attention` for index-causal masks (query i sees no key past i + S - T), a block
-    of ``block`` queries at a time against the keys up to the block's last: the scores that
-    causality masks above the diagonal's blocks are never computed (42% of them at 384
-    tokens in blocks of 64, 47% at 1,024). Each query's softmax runs over all the
-    keys it may see, so the result is `xla_attention`'s up to float rounding. ``mask`` [B, T, S]
-    must allow no key past the causal limit (`build_mask` with ``causal`` and no positions
-    ensures it)."""
+    of queries at a time against the keys up to the block's last: the scores that causality
+    masks above the diagonal's blocks are never computed (42% of them at 384 tokens in blocks
+    of 64; with the blocks capped at CAUSAL_MAX_BLOCKS, 44% at 4,096). Each query's softmax
+    runs over all the keys it may see, so the result is `xla_attention`'s up to float
+    rounding, except for a query that may see no key at all (a padding row under a pair of
+    segment ids), whose meaningless output may differ. ``mask`` [B, T, S] must allow no key
+    past the causal limit (`build_mask` with ``causal`` and no positions ensures it). With
+    more queries than keys (T > S) it is `xla_attention`."""
     q_len, kv_len = q.shape[1], k.shape[1]
-    if q_len <= block:
+    block = max(block, -(-q_len // CAUSAL_MAX_BLOCKS))
+    if q_len <= block or q_len > kv_len:
         return xla_attention(q, k, v, mask, sm_scale)
     outs = []
     for lo in range(0, q_len, block):

@@ -120,6 +120,24 @@ def test_causal_blocks_match_the_naive_reference_and_its_gradients(q_len, kv_len
         np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+def test_long_rows_take_at_most_the_capped_number_of_blocks(monkeypatch):
+    """4,096 queries: CAUSAL_MAX_BLOCKS blocks, not 64; more queries than keys: one call."""
+    import importlib
+
+    module = importlib.import_module("agentic_jax.models.attention")
+    calls = []
+    full = module.xla_attention
+    monkeypatch.setattr(module, "xla_attention",
+                        lambda q, *a: calls.append(q.shape[1]) or full(q, *a))
+    q, k, v = _qkv(batch=1, q_len=4096, kv_len=4096, heads=2, kv_heads=1, dim=4)
+    jax.eval_shape(lambda q, k, v: attention(q, k, v, impl="xla"), q, k, v)
+    assert calls == [4096 // module.CAUSAL_MAX_BLOCKS] * module.CAUSAL_MAX_BLOCKS
+    calls.clear()
+    q, k, v = _qkv(batch=1, q_len=200, kv_len=40)
+    jax.eval_shape(lambda q, k, v: attention(q, k, v, impl="xla"), q, k, v)
+    assert calls == [200]
+
+
 def test_causal_blocks_skip_the_scores_above_the_diagonal():
     """At 384 tokens in blocks of 128 or less, the compiled attention does at most 2/3 of the
     floating-point work of scoring every query against every key (XLA's own count)."""

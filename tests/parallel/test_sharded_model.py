@@ -54,7 +54,8 @@ def test_sharded_forward_equals_unsharded(models, mesh):
     # a trained-looking value head, so values are compared on non-trivial numbers
     for model in models:
         model.value_kernel[...] = jnp.linspace(-1.0, 1.0, CFG.hidden_size)[:, None]
-    tokens = jax.random.randint(jax.random.key(0), (8, 6), 0, CFG.vocab_size, dtype=jnp.int32)
+    # 80 tokens: attention in two causal blocks (`models.attention.CAUSAL_BLOCK`).
+    tokens = jax.random.randint(jax.random.key(0), (8, 80), 0, CFG.vocab_size, dtype=jnp.int32)
     forward = nnx.jit(lambda m, t: m.forward(t))
     expected = forward(plain, tokens)
     out = forward(sharded, shard_batch(tokens, mesh))

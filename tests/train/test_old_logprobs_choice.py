@@ -73,6 +73,7 @@ def test_a_run_with_either_gives_the_same_steps(tmp_path):
         # The sampler and the trainer hold the same weights: either way their log-probs differ
         # by float rounding alone (two compiled programs round differently, so the rounding
         # figures themselves are not compared with each other).
-        for key in ("mismatch_kl", "mismatch_max_abs", "logprob_mismatch"):
-            assert own[key] < 1e-4 and recomputed[key] < 1e-4, (key, own[key], recomputed[key])
+        for key, bound in (("mismatch_kl", 1e-8), ("mismatch_max_abs", 1e-4),
+                           ("logprob_mismatch", 1e-4)):
+            assert own[key] < bound and recomputed[key] < bound, (key, own, recomputed)
         assert own["approx_kl"] == 0.0
