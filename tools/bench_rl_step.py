@@ -82,7 +82,7 @@ OURS_NAME = "agentic_jax"
 # The loop's own per-step timings printed beside ours' steps (the engine's where logged).
 LOOP_KEYS = ("time_rollout_s", "time_update_s", "time_step_s")
 ENGINE_KEYS = ("time_engine_prefill_s", "time_engine_decode_s", "time_engine_compile_s",
-               "time_engine_compiles")
+               "time_engine_compiles", "time_update_compile_s", "time_update_compiles")
 # Seconds a side may take to load, or to run one step, before the benchmark gives up on it.
 START_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 1800.0
@@ -244,8 +244,11 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
                 engine += (f"; of them compiling {loop['time_engine_compile_s']:.1f} in "
                            f"{loop['time_engine_compiles']:.0f} calls")
             engine += ")" if engine else ""
+            update = (f" (of it compiling {loop['time_update_compile_s']:.1f} in "
+                      f"{loop['time_update_compiles']:.0f} calls)"
+                      if loop and loop.get("time_update_compiles") else "")
             extra = (f" [loop: {loop['time_rollout_s']:.1f}{engine} + "
-                     f"{loop['time_update_s']:.1f}]" if loop else "")
+                     f"{loop['time_update_s']:.1f}{update}]" if loop else "")
             if s.get("appended_tokens"):
                 extra += f" ({s['appended_tokens']} tokens of tool refusals appended)"
             parts.append(f"{w:.1f} = {rw:.1f} + {w - rw:.1f}{extra}")

@@ -68,7 +68,9 @@ def _sides(ours_others=0.1):
                                               "time_step_s": w, "time_engine_prefill_s": 1.5,
                                               "time_engine_decode_s": r - 4,
                                               "time_engine_compile_s": 2.5 if w > 30 else 0.0,
-                                              "time_engine_compiles": 3.0 if w > 30 else 0.0})
+                                              "time_engine_compiles": 3.0 if w > 30 else 0.0,
+                                              "time_update_compile_s": 12.0 if w > 30 else 0.0,
+                                              "time_update_compiles": 1.0 if w > 30 else 0.0})
         for w, r in ((200, 40), (30, 10), (31, 10), (29, 9))],
         info={"describe": "ours"}, done={"peak_steps_mb": 4000.0, "peak_process_mb": 4500.0})
     return trl, ours
@@ -105,6 +107,8 @@ def test_report_prints_both_sides_ratios_and_the_floor():
     assert ("[loop: 10.0 (engine prefill 1.5, decode 6.0; of them compiling 0.0 in 0 calls) "
             "+ 20.0]") in text
     assert "(engine prefill 1.5, decode 6.0; of them compiling 2.5 in 3 calls)" in text
+    # the update's own compilation where it compiled, nothing where it did not
+    assert "+ 160.0 (of it compiling 12.0 in 1 calls)]" in text
 
 
 def test_a_ratio_is_withheld_when_the_machine_was_not_shared_alike():
