@@ -145,8 +145,9 @@ def xla_attention(
     The products run head-major, a kv head's G query heads and T queries as the G x T rows of
     one matrix: [B, Hkv, G T, D] against [B, Hkv, S, D]. XLA:CPU's batched matmuls take
     these operands without transposing them per batch element; with the queries in token-major
-    order the backward pass's score gradient ran at 56 GFLOP/s against 300 for the same product
-    laid out head-major (a SmolLM2 update of 24 x 384 tokens, `tools/bench_update_paths.py`).
+    order the backward pass's score gradient ran at 56 GFLOP/s against ~300 for the same
+    product laid out head-major (XLA's trace of a SmolLM2 update of 24 x 384 tokens, the step
+    `tools/bench_update_paths.py --paths=default` times; docs/performance.md).
     """
     batch, q_len, num_heads, head_dim = q.shape
     kv_len, num_kv_heads = k.shape[1], k.shape[2]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any, NamedTuple
 
 import jax
@@ -18,41 +17,10 @@ from agentic_jax.rl.experience import make_experience, minibatches
 from agentic_jax.rl.state import TrainState, reference_state
 from agentic_jax.rollout import Episode, RolloutBatch
 from agentic_jax.training.builders import Run
+from agentic_jax.utils.timing import CompileCount
 
 logger = logging.getLogger(__name__)
 PACKED_ROW_BUCKET = 8
-
-
-class CompileCount:
-    """Calls of compiled functions that compiled a program (or loaded one from the persistent
-    compile cache): their number and seconds, logged as ``time_update_compiles`` /
-    ``time_update_compile_s`` (a new packed row count compiles the train step again, tens of
-    seconds for a 135M model on 2 cores, inside that step's update time). Where jax does not
-    say how many programs a function holds, nothing is counted."""
-
-    def __init__(self):
-        self.compiles, self.seconds = 0, 0.0
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)``, its call (where the compilation happens) counted when it compiled."""
-        before, start = _programs(fn), time.perf_counter()
-        out = fn(*args)
-        after = _programs(fn)
-        if before is not None and after is not None and after > before:
-            self.compiles += after - before
-            self.seconds += time.perf_counter() - start
-        return out
-
-    def metrics(self) -> dict[str, float]:
-        return {"time_update_compiles": float(self.compiles),
-                "time_update_compile_s": self.seconds}
-
-
-def _programs(fn: Any) -> int | None:
-    try:
-        return int(fn._cache_size())
-    except Exception:  # a private jax method: its absence or change must not stop training
-        return None
 
 
 class TrainingDiverged(RuntimeError):
@@ -93,7 +61,7 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
             PACKED_ROW_BUCKET, run.row_multiple // t.minibatches))
     sums: dict[str, float] = {}
     n = 0
-    compiled = CompileCount()
+    compiled = CompileCount(run.step_fn)
     for _ in range(t.ppo_epochs):
         for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding, **packing):
             params, opt_state, metrics = compiled.call(run.step_fn, params, opt_state, mb)
@@ -103,7 +71,7 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
                 sums[k] = sums.get(k, 0.0) + float(v)
             n += 1
     out = {k: v / n for k, v in sums.items()}
-    out.update(stats, zero_gradient=0.0, **compiled.metrics())
+    out.update(stats, zero_gradient=0.0, **_compile_metrics(compiled))
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
                         skipped_in_a_row)
 
@@ -144,7 +112,7 @@ def _zero_gradient_update(run: Run, state: TrainState, batch: Any, stats: dict[s
     t = run.cfg.training
     params, opt_state = state.params, state.opt_state
     steps, rates = t.ppo_epochs * t.minibatches, []
-    compiled = CompileCount()
+    compiled = CompileCount(run.zero_step_fn)
     for _ in range(steps):
         params, opt_state, lr = compiled.call(run.zero_step_fn, params, opt_state)
         rates.append(lr)
@@ -156,9 +124,16 @@ def _zero_gradient_update(run: Run, state: TrainState, batch: Any, stats: dict[s
     rates = [float(r) for r in jax.device_get(rates)]
     if min(rates) >= 0:   # the mean over the optimizer steps, as the full update logs it
         out["lr"] = sum(rates) / steps
-    out.update(stats, **compiled.metrics())
+    out.update(stats, **_compile_metrics(compiled))
     # a finite step: the count of non-finite ones in a row starts again
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out, 0)
+
+
+def _compile_metrics(compiled: CompileCount) -> dict[str, float]:
+    """The update's calls that compiled its step (a new packed row count compiles the train
+    step again: seconds inside that step's update time) as timing metrics."""
+    compiles, seconds = compiled.take()
+    return {"time_update_compiles": float(compiles), "time_update_compile_s": seconds}
 
 
 def _count_skips(metrics: dict[str, Any], in_a_row: int, limit: int) -> int:

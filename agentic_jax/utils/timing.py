@@ -1,10 +1,11 @@
-"""Wall time per named phase (the rollout's decode / append / tool wait, a step's phases)."""
+"""Wall time per named phase (the rollout's decode / append / tool wait, a step's phases), and
+the calls of compiled functions that compiled a program."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 
 class PhaseTimer:
@@ -34,3 +35,38 @@ class PhaseTimer:
     def elapsed(self) -> float:
         """Seconds since the timer was made."""
         return time.perf_counter() - self.start
+
+
+def programs_held(*fns: Any) -> int | None:
+    """How many compiled programs the jitted functions hold (None where jax does not say)."""
+    try:
+        return sum(int(fn._cache_size()) for fn in fns)
+    except Exception:  # a private jax method: its absence or change must not stop the caller
+        return None
+
+
+class CompileCount:
+    """Counts the calls that compiled a program of ``programs`` (jitted functions; or loaded
+    one from the persistent compile cache) and their seconds: the call's dispatch, where the
+    compilation happens, timed. Where jax does not say how many programs a function holds,
+    nothing is counted."""
+
+    def __init__(self, *programs: Any):
+        self.programs = programs
+        self.compiles, self.seconds = 0, 0.0
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, counted when ``programs`` grew."""
+        before, start = programs_held(*self.programs), time.perf_counter()
+        out = fn(*args, **kwargs)
+        after = programs_held(*self.programs)
+        if before is not None and after is not None and after > before:
+            self.compiles += after - before
+            self.seconds += time.perf_counter() - start
+        return out
+
+    def take(self) -> tuple[int, float]:
+        """(calls that compiled, their seconds) since the last take; counted again from 0."""
+        out = self.compiles, self.seconds
+        self.compiles, self.seconds = 0, 0.0
+        return out

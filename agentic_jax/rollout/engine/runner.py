@@ -25,6 +25,7 @@ from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.speculative import context_window
 from agentic_jax.rollout.engine.types import MAX_TOP_LOGPROBS, EngineConfig, SamplingParams
 from agentic_jax.utils.memory import memory_maps, release_host_memory
+from agentic_jax.utils.timing import CompileCount, programs_held
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,7 @@ _PROGRAMS = (pm.decode_jit, pm.prefill_jit, pm.copy_pages_jit)
 
 def _compiled_programs() -> int | None:
     """How many programs the engine's compiled functions hold (None where jax does not say)."""
-    try:
-        return sum(int(p._cache_size()) for p in _PROGRAMS)
-    except Exception:  # a private jax method: its absence or change must not stop the engine
-        return None
+    return programs_held(*_PROGRAMS)
 
 
 class _MapWatch:
@@ -196,24 +194,14 @@ class ModelRunner:
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
-        self._compiles, self._compile_s = 0, 0.0
+        # The engine calls its programs through it (`_call`), counted in `take_compiles`.
+        self._compile_count = CompileCount(*_PROGRAMS)
+        self._call = self._compile_count.call
 
     def take_compiles(self) -> tuple[int, float]:
         """The calls that compiled a program (or loaded one from the persistent compile
         cache) since the last take, and their seconds; counted again from zero."""
-        out, (self._compiles, self._compile_s) = (self._compiles, self._compile_s), (0, 0.0)
-        return out
-
-    def _call(self, program: Any, *args: Any, **kwargs: Any) -> Any:
-        """``program(*args, **kwargs)``, counted in `take_compiles` when it compiled (its
-        dispatch, where the compilation happens, timed)."""
-        before, t0 = _compiled_programs(), time.perf_counter()
-        out = program(*args, **kwargs)
-        after = _compiled_programs()
-        if before is not None and after is not None and after > before:
-            self._compiles += after - before
-            self._compile_s += time.perf_counter() - t0
-        return out
+        return self._compile_count.take()
 
     @property
     def params(self) -> nnx.State | None:
