@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -222,10 +223,24 @@ class PackPlan(NamedTuple):
     segment_ids: np.ndarray
 
 
+def packed_row_count(rows: int, row_multiple: int = 1) -> int:
+    """The row count ``rows`` filled packed rows are padded to: a multiple of ``row_multiple``
+    (data shards x micro-batches) and of a step that grows with the count, 1 below 16 rows,
+    2 below 32, 4 below 64, 8 below 128, ...: padding adds less than an eighth of the rows (a
+    padding row costs a filled row's forward and backward), while a run meets few counts (each
+    compiles the train step once: 8 an octave at most). Rounding to multiples of 8 instead
+    made SmolLM2's GRPO updates of 17 filled rows pay for 24, 1.5x the 16 rows of a step whose
+    episodes packed one row tighter."""
+    step = 1 << max(0, rows.bit_length() - 4)
+    multiple = math.lcm(step, row_multiple)
+    return max(1, -(-rows // multiple) * multiple)
+
+
 def pack_plan(lengths: np.ndarray, width: int, row_multiple: int = 1) -> PackPlan:
     """First-fit decreasing: episodes of ``lengths`` tokens, longest first, each into the first
-    packed row of ``width`` tokens with room for it. The row count is rounded up to
-    ``row_multiple`` (data shards x micro-batches), padding rows holding no episode."""
+    packed row of ``width`` tokens with room for it. The row count is padded
+    (`packed_row_count`) to a multiple of ``row_multiple`` (data shards x micro-batches),
+    padding rows holding no episode."""
     lengths = np.asarray(lengths, np.int64)
     if lengths.size and (lengths.min() < 1 or lengths.max() > width):
         raise ValueError(f"pack_plan: episode lengths {lengths.min()}..{lengths.max()} do not "
@@ -240,7 +255,7 @@ def pack_plan(lengths: np.ndarray, width: int, row_multiple: int = 1) -> PackPla
             row = len(free) - 1
         free[row] -= int(lengths[i])
         placed[row].append(i)
-    count = max(1, -(-len(placed) // row_multiple) * row_multiple)
+    count = packed_row_count(len(placed), row_multiple)
     rows = np.zeros((count, width), np.int32)
     cols = np.zeros((count, width), np.int32)
     segment_ids = np.zeros((count, width), np.int32)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -20,7 +19,6 @@ from agentic_jax.training.builders import Run
 from agentic_jax.utils.timing import CompileCount
 
 logger = logging.getLogger(__name__)
-PACKED_ROW_BUCKET = 8
 
 
 class TrainingDiverged(RuntimeError):
@@ -55,15 +53,17 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
     params, opt_state = state.params, state.opt_state
     packing = {}
     if t.pack_sequences:
-        # Packed row counts come in a few sizes only (each compiles once), split evenly over
-        # the data shards and micro-batches.
-        packing = dict(lengths=lengths, pack_width=t.max_length, row_multiple=math.lcm(
-            PACKED_ROW_BUCKET, run.row_multiple // t.minibatches))
+        # Packed row counts come in a few sizes only (`packed_row_count`: each compiles once),
+        # split evenly over the data shards and micro-batches.
+        packing = dict(lengths=lengths, pack_width=t.max_length,
+                       row_multiple=run.row_multiple // t.minibatches)
     sums: dict[str, float] = {}
     n = 0
+    rows = slots = 0
     compiled = CompileCount(run.step_fn)
     for _ in range(t.ppo_epochs):
         for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding, **packing):
+            rows, slots = rows + mb.tokens.shape[0], slots + mb.tokens.size
             params, opt_state, metrics = compiled.call(run.step_fn, params, opt_state, mb)
             metrics = jax.device_get(metrics)
             skipped_in_a_row = _count_skips(metrics, skipped_in_a_row, t.max_skipped_updates)
@@ -72,6 +72,10 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
             n += 1
     out = {k: v / n for k, v in sums.items()}
     out.update(stats, zero_gradient=0.0, **_compile_metrics(compiled))
+    # The token slots the steps computed (rows x width, padding included) and the share of
+    # them that held an episode's token: where the update's time goes beyond the tokens.
+    out["update_rows"] = rows / n
+    out["update_fill"] = float(np.sum(lengths)) * t.ppo_epochs / slots
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
                         skipped_in_a_row)
 

@@ -119,3 +119,22 @@ def test_packing_without_segments_would_mix_episodes():
     expected = np.asarray(ref)[plan.rows, plan.cols][keep]
     np.testing.assert_allclose(np.asarray(apart)[keep], expected, atol=1e-5)
     assert np.abs(np.asarray(mixed)[keep] - expected).max() > 1e-3
+
+
+def test_packed_row_count_pads_little_and_meets_few_counts():
+    from agentic_jax.rl.experience import packed_row_count
+
+    assert [packed_row_count(r) for r in (1, 7, 15)] == [1, 7, 15]     # below 16: exact
+    assert packed_row_count(17) == 18        # not 24: a padding row costs a filled one's time
+    assert packed_row_count(33) == 36 and packed_row_count(65) == 72
+    for multiple in (1, 2, 4, 8, 12):
+        for rows in range(1, 300):
+            count = packed_row_count(rows, multiple)
+            assert count >= rows and count % multiple == 0
+            if multiple == 1:
+                assert count - rows < max(1, rows / 8)
+    # An octave of row counts compiles the train step 8 times at most.
+    for low in (16, 32, 64, 128):
+        counts = {packed_row_count(r) for r in range(low + 1, 2 * low + 1)}
+        assert counts == set(range(low + low // 8, 2 * low + 1, low // 8))
+    assert packed_row_count(0) == 1
