@@ -111,11 +111,29 @@ def test_report_prints_both_sides_ratios_and_the_floor():
     assert "+ 160.0 (of it compiling 12.0 in 1 calls)]" in text
 
 
+def test_the_step_without_our_compilations():
+    """The compile seconds of ours' timed steps are taken out of its step and rollout before
+    the median; TRL's are as measured."""
+    trl, ours = _sides()
+    flops = bench.FlopModel.from_hf_config(SMOLLM2)
+    ours.steps[1]["loop"].update(time_engine_compile_s=2.0, time_update_compile_s=4.0)
+    text = "\n".join(bench.report((4, 4), 128, trl, ours, 500.0, flops))
+    # (the 31 s step compiled 2.5 s in the engine, 12 s in the update) rollouts 10 - 2,
+    # 10 - 2.5, 9 -> 8; steps 30 - 6, 31 - 14.5, 29 -> 24; TRL's step 61, rollout 20
+    assert ("without ours' compilations (20.5 s in the timed steps; TRL compiles nothing): "
+            "step 24.00 s, 2.54x TRL's by wall time; rollout 8.00 s, 2.50x") in text
+    for key in ("time_engine_compile_s", "time_engine_compiles"):   # not counted: no line
+        del ours.steps[2]["loop"][key]
+    assert "without ours' compilations" not in "\n".join(
+        bench.report((4, 4), 128, trl, ours, 500.0, flops))
+
+
 def test_a_ratio_is_withheld_when_the_machine_was_not_shared_alike():
     trl, ours = _sides(ours_others=0.9)
     text = "\n".join(bench.report((4, 4), 128, trl, ours, 500.0,
                                   bench.FlopModel.from_hf_config(SMOLLM2)))
     assert "step: agentic_jax vs TRL GRPOTrainer: ratio withheld" in text
+    assert "without ours' compilations: ratio withheld" in text
 
 
 def test_our_side_draws_one_batch_as_trl_does():
