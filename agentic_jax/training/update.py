@@ -51,19 +51,14 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
         return _zero_gradient_update(run, state, batch, stats)
     rng = np.random.default_rng([run.cfg.seed, step])
     params, opt_state = state.params, state.opt_state
-    packing = {}
-    if t.pack_sequences:
-        # Packed row counts come in a few sizes only (`packed_row_count`: each compiles once),
-        # split evenly over the data shards and micro-batches.
-        packing = dict(lengths=lengths, pack_width=t.max_length,
-                       row_multiple=run.row_multiple // t.minibatches)
+    packing = packing_options(t, run.row_multiple, lengths)
     sums: dict[str, float] = {}
     n = 0
-    rows = slots = 0
+    shapes = []
     compiled = CompileCount(run.step_fn)
     for _ in range(t.ppo_epochs):
         for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding, **packing):
-            rows, slots = rows + mb.tokens.shape[0], slots + mb.tokens.size
+            shapes.append(mb.tokens.shape)
             params, opt_state, metrics = compiled.call(run.step_fn, params, opt_state, mb)
             metrics = jax.device_get(metrics)
             skipped_in_a_row = _count_skips(metrics, skipped_in_a_row, t.max_skipped_updates)
@@ -71,13 +66,34 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
                 sums[k] = sums.get(k, 0.0) + float(v)
             n += 1
     out = {k: v / n for k, v in sums.items()}
-    out.update(stats, zero_gradient=0.0, **_compile_metrics(compiled))
-    # The token slots the steps computed (rows x width, padding included) and the share of
-    # them that held an episode's token: where the update's time goes beyond the tokens.
-    out["update_rows"] = rows / n
-    out["update_fill"] = float(np.sum(lengths)) * t.ppo_epochs / slots
+    out.update(stats, zero_gradient=0.0, **_compile_metrics(compiled),
+               **slot_metrics(shapes, lengths, t.ppo_epochs))
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
                         skipped_in_a_row)
+
+
+def packing_options(training: Any, row_multiple: int, lengths: np.ndarray) -> dict[str, Any]:
+    """`minibatches`' packing arguments for ``training`` (the run's TrainingConfig): each
+    minibatch's episodes (``lengths`` tokens) packed into rows of ``training.max_length``
+    tokens, their count padded by `packed_row_count` to a multiple of the data shards x
+    micro-batches (``row_multiple``, the run's, over the minibatches); none where
+    ``training.pack_sequences`` is off."""
+    if not training.pack_sequences:
+        return {}
+    return dict(lengths=lengths, pack_width=training.max_length,
+                row_multiple=row_multiple // training.minibatches)
+
+
+def slot_metrics(shapes: list[tuple[int, ...]], lengths: np.ndarray, epochs: int
+                 ) -> dict[str, float]:
+    """What the update's steps computed, from their minibatches' [rows, width] ``shapes``:
+    update_rows, the mean rows an optimizer step (packed rows, padding included), and
+    update_fill, the share of the token slots (rows x width) that held an episode's token
+    (``lengths``, every episode once an epoch; the repeats that pad a batch to the mesh count
+    as episodes). Absent on steps whose update ran no forward (a zero gradient, a skip)."""
+    slots = sum(int(np.prod(shape)) for shape in shapes)
+    return {"update_rows": sum(shape[0] for shape in shapes) / len(shapes),
+            "update_fill": float(np.sum(lengths)) * epochs / slots}
 
 
 def zero_gradient(batch: Any, loss: Any) -> bool:
