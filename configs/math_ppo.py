@@ -103,6 +103,8 @@ def _default() -> ml_collections.ConfigDict:
     # apart by segment ids, instead of one padded episode a row (rl.aggregation=sequence_mean or
     # sequence_sum needs False).
     c.training.pack_sequences = True
+    # The packed rows' width (0: max_length); wider fits more episodes just over half of it.
+    c.training.pack_width = 0
     # PPO's old log-probs: auto takes them from the update's own forward when one optimizer step
     # consumes the batch and nothing needs them first (one forward pass less); true always runs
     # a pass of their own before the update.

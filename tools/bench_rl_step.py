@@ -579,6 +579,7 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
 
     from agentic_jax.config import read_config
     from agentic_jax.data.prompts import DIRECT_INSTRUCTION
+    from agentic_jax.episodes import rundir
     from agentic_jax.episodes.problems import encode_prompt, load_problems
     from agentic_jax.inference.policy import run_tokenizer
     from agentic_jax.models.builtin import checkpoint_dir
@@ -591,17 +592,21 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
 
     new_tokens, total = spec["new_tokens"], spec["total_steps"]
     config, overrides = ours_config(spec)
-    # training.max_length as a pretrained model's defaults choose it for these responses: the
-    # longest prompt the run can draw + new_tokens, rounded up.
+    # training.max_length and pack_width as a pretrained model's defaults choose them for these
+    # responses: the longest prompt the run can draw + new_tokens, rounded up; rows that fit
+    # two episodes of the median prompt + new_tokens.
     cfg = read_config(config)
     tokenizer = run_tokenizer(cfg)
-    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in load_problems(cfg).every())
+    prompt_lengths = sorted(len(encode_prompt(cfg, tokenizer, x))
+                            for x in load_problems(cfg).every())
     model_dir = checkpoint_dir(PRESET, "")
     model_cfg = config_from_hf(read_json(os.path.join(model_dir, "config.json")))
-    max_length = pretrained_defaults(model_cfg, has_chat_template=True, longest_prompt=longest,
-                                     response_tokens=new_tokens)["training.max_length"]
-    config.training.max_length = max_length
-    overrides["training.max_length"] = max_length
+    chosen = pretrained_defaults(model_cfg, has_chat_template=True,
+                                 longest_prompt=prompt_lengths[-1], response_tokens=new_tokens,
+                                 median_prompt=prompt_lengths[len(prompt_lengths) // 2])
+    for key in ("training.max_length", "training.pack_width"):
+        rundir.set_value(config, key, chosen[key])
+        overrides[key] = chosen[key]
 
     # No tools: the direct-answer prompt, and every episode capped at its prompt + new_tokens.
     recipe_specs = rollouts_lib.row_specs

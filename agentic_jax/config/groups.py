@@ -58,6 +58,10 @@ class TrainingConfig:
     # Update minibatches packed into rows of max_length tokens (several episodes a row, apart
     # by segment ids) instead of one right-padded episode a row.
     pack_sequences: bool = False
+    # The packed rows' width in tokens (0: max_length). Wider rows fit more episodes whose
+    # length is just over half of max_length (two of them leave a max_length row half empty),
+    # for somewhat more attention a token.
+    pack_width: int = 0
     # Old log-probs by a forward pass of their own before the update (True), from the update's
     # own forward (False: exact only for one optimizer step a batch), or "auto" (the second
     # where it is exact; `agentic_jax.config.resolve_old_logprobs`).
@@ -78,6 +82,10 @@ class TrainingConfig:
         check(self.length_bucket >= 0, "length_bucket",
               "an integer >= 0 (0: batches keep training.max_length columns)", self.length_bucket)
         check(self.max_grad_norm > 0, "max_grad_norm", "a positive number", self.max_grad_norm)
+        check(isinstance(self.pack_width, int) and not isinstance(self.pack_width, bool)
+              and (self.pack_width == 0 or self.pack_width >= self.max_length), "pack_width",
+              f"0 (training.max_length) or an integer >= training.max_length="
+              f"{self.max_length} (an episode fits a row)", self.pack_width)
         check(self.max_skipped_updates >= 0, "max_skipped_updates", "an integer >= 0",
               self.max_skipped_updates)
 

@@ -74,13 +74,13 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
 
 def packing_options(training: Any, row_multiple: int, lengths: np.ndarray) -> dict[str, Any]:
     """`minibatches`' packing arguments for ``training`` (the run's TrainingConfig): each
-    minibatch's episodes (``lengths`` tokens) packed into rows of ``training.max_length``
-    tokens, their count padded by `packed_row_count` to a multiple of the data shards x
+    minibatch's episodes (``lengths`` tokens) packed into rows of ``training.pack_width``
+    tokens (0: ``training.max_length``), their count padded by `packed_row_count` to a multiple of the data shards x
     micro-batches (``row_multiple``, the run's, over the minibatches); none where
     ``training.pack_sequences`` is off."""
     if not training.pack_sequences:
         return {}
-    return dict(lengths=lengths, pack_width=training.max_length,
+    return dict(lengths=lengths, pack_width=training.pack_width or training.max_length,
                 row_multiple=row_multiple // training.minibatches)
 
 

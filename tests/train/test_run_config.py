@@ -84,6 +84,8 @@ def test_unknown_variant():
     ("environment.tools", ("json:dumps",)),
     ("environment.tools", ()),
     ("training.batch_size", 0),
+    ("training.pack_width", 1),     # below training.max_length: an episode would not fit
+    ("training.pack_width", -1),
     ("warmstart.tool_fraction", 1.5),
     ("checkpoint.keep", 0),
     ("data.test_fraction", 1.0),

@@ -11,7 +11,7 @@ from agentic_jax.training.update import packing_options, slot_metrics
 
 
 def _training(**kw):
-    return types.SimpleNamespace(**{"pack_sequences": True, "max_length": 64,
+    return types.SimpleNamespace(**{"pack_sequences": True, "max_length": 64, "pack_width": 0,
                                     "minibatches": 2, **kw})
 
 
@@ -21,6 +21,7 @@ def test_packing_pads_to_the_shards_and_micro_batches_alone():
     assert options["row_multiple"] == 2 and options["pack_width"] == 64
     assert options["lengths"] is lengths
     assert packing_options(_training(pack_sequences=False), 4, lengths) == {}
+    assert packing_options(_training(pack_width=96), 4, lengths)["pack_width"] == 96
     # 17 episodes of a full row: 18 packed rows, not the 24 of a multiple of 8.
     assert pack_plan(np.full(17, 32), 32).rows.shape[0] == 18
     assert pack_plan(np.full(17, 32), 32, row_multiple=4).rows.shape[0] == 20
