@@ -99,11 +99,12 @@ def _default() -> ml_collections.ConfigDict:
     c.training.ppo_epochs = 2
     c.training.minibatches = 2
     c.training.micro_batches = 1  # gradient accumulation inside the compiled step
-    # Update minibatches packed into rows of max_length tokens, several episodes a row kept
+    # Update minibatches packed into rows of pack_width tokens, several episodes a row kept
     # apart by segment ids, instead of one padded episode a row (rl.aggregation=sequence_mean or
     # sequence_sum needs False).
     c.training.pack_sequences = True
-    # The packed rows' width (0: max_length); wider fits more episodes just over half of it.
+    # The packed rows' width (0: training.max_length); wider rows fit more episodes just over
+    # half of max_length (each fills a max_length row alone), for more attention a token.
     c.training.pack_width = 0
     # PPO's old log-probs: auto takes them from the update's own forward when one optimizer step
     # consumes the batch and nothing needs them first (one forward pass less); true always runs

@@ -98,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="new tokens a sample at most")
     parser.add_argument("--prefix_caching", type=int, choices=(0, 1), default=1,
                         help="ours: rollout.prefix_caching (1: the GSM8K recipe's value)")
+    parser.add_argument("--pack_width", type=int, default=0,
+                        help="ours: training.pack_width, the packed update rows' width (0: "
+                             "training.max_length, the default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: one shape 2x4, 16 new tokens, 2 timed steps")
@@ -109,6 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--steps: expected >= 1, got {args.steps}")
     if args.new_tokens < 1:
         parser.error(f"--new_tokens: expected >= 1, got {args.new_tokens}")
+    if args.pack_width < 0:
+        parser.error(f"--pack_width: expected >= 0 (0: training.max_length), got "
+                     f"{args.pack_width}")
     return args
 
 
@@ -389,7 +395,7 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
     tmp = tempfile.mkdtemp(prefix=f"bench_rl_step_{prompts}x{samples}_")
     spec = dict(prompts=prompts, samples=samples, new_tokens=args.new_tokens,
                 total_steps=args.steps + 1, seed=args.seed, prefix_caching=args.prefix_caching,
-                tmp=tmp)
+                pack_width=args.pack_width, tmp=tmp)
     children: list[Child] = []
     ok = False
     try:
@@ -562,6 +568,8 @@ def ours_config(spec: dict[str, Any]):
         "logging.progress": False,
         "logging.transcripts_every": 0,
     }
+    if spec.get("pack_width"):
+        overrides["training.pack_width"] = int(spec["pack_width"])
     for key, value in overrides.items():
         rundir.set_value(config, key, value)
     return config, overrides
@@ -579,7 +587,6 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
 
     from agentic_jax.config import read_config
     from agentic_jax.data.prompts import DIRECT_INSTRUCTION
-    from agentic_jax.episodes import rundir
     from agentic_jax.episodes.problems import encode_prompt, load_problems
     from agentic_jax.inference.policy import run_tokenizer
     from agentic_jax.models.builtin import checkpoint_dir
@@ -592,21 +599,17 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
 
     new_tokens, total = spec["new_tokens"], spec["total_steps"]
     config, overrides = ours_config(spec)
-    # training.max_length and pack_width as a pretrained model's defaults choose them for these
-    # responses: the longest prompt the run can draw + new_tokens, rounded up; rows that fit
-    # two episodes of the median prompt + new_tokens.
+    # training.max_length as a pretrained model's defaults choose it for these responses: the
+    # longest prompt the run can draw + new_tokens, rounded up.
     cfg = read_config(config)
     tokenizer = run_tokenizer(cfg)
-    prompt_lengths = sorted(len(encode_prompt(cfg, tokenizer, x))
-                            for x in load_problems(cfg).every())
+    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in load_problems(cfg).every())
     model_dir = checkpoint_dir(PRESET, "")
     model_cfg = config_from_hf(read_json(os.path.join(model_dir, "config.json")))
-    chosen = pretrained_defaults(model_cfg, has_chat_template=True,
-                                 longest_prompt=prompt_lengths[-1], response_tokens=new_tokens,
-                                 median_prompt=prompt_lengths[len(prompt_lengths) // 2])
-    for key in ("training.max_length", "training.pack_width"):
-        rundir.set_value(config, key, chosen[key])
-        overrides[key] = chosen[key]
+    max_length = pretrained_defaults(model_cfg, has_chat_template=True, longest_prompt=longest,
+                                     response_tokens=new_tokens)["training.max_length"]
+    config.training.max_length = max_length
+    overrides["training.max_length"] = max_length
 
     # No tools: the direct-answer prompt, and every episode capped at its prompt + new_tokens.
     recipe_specs = rollouts_lib.row_specs

@@ -55,12 +55,12 @@ class TrainingConfig:
     micro_batches: int
     max_skipped_updates: int
     offload_optimizer: bool
-    # Update minibatches packed into rows of max_length tokens (several episodes a row, apart
+    # Update minibatches packed into rows of pack_width tokens (several episodes a row, apart
     # by segment ids) instead of one right-padded episode a row.
     pack_sequences: bool = False
-    # The packed rows' width in tokens (0: max_length). Wider rows fit more episodes whose
-    # length is just over half of max_length (two of them leave a max_length row half empty),
-    # for somewhat more attention a token.
+    # The packed rows' width in tokens (0: max_length; unused without pack_sequences). Wider
+    # rows fit more episodes whose length is just over half of max_length (each fills a
+    # max_length row alone), for somewhat more attention a token and activations a row.
     pack_width: int = 0
     # Old log-probs by a forward pass of their own before the update (True), from the update's
     # own forward (False: exact only for one optimizer step a batch), or "auto" (the second

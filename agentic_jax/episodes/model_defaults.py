@@ -43,14 +43,12 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
         config.data.template = "chat" if has_chat else "zero"
     cfg = read_config(config)
     problems = load_problems(cfg)
-    prompt_lengths = sorted(len(encode_prompt(cfg, tokenizer, x)) for x in problems.every())
-    longest, median = prompt_lengths[-1], prompt_lengths[len(prompt_lengths) // 2]
+    longest = max(len(encode_prompt(cfg, tokenizer, x)) for x in problems.every())
     model_cfg = config_from_hf(read_json(f"{cfg.model.path}/config.json"),
                                lora_rank=cfg.model.lora_rank)
     chosen = []
     defaults = pretrained_defaults(model_cfg, has_chat_template=has_chat, longest_prompt=longest,
-                                   response_tokens=int(config.model.response_tokens),
-                                   median_prompt=median)
+                                   response_tokens=int(config.model.response_tokens))
     for key, value in defaults.items():
         if key in overrides:
             continue
@@ -58,6 +56,6 @@ def with_model_defaults(config: ml_collections.ConfigDict, overrides: Mapping[st
         rundir.set_value(config, key, value)
         chosen.append(f"{key}={value!r}" + (f" (not {old!r})" if old != value else ""))
     config.model.auto_defaults = False
-    lines = [f"pretrained model: chose {', '.join(chosen)}; longest prompt {longest} tokens (median {median}); "
+    lines = [f"pretrained model: chose {', '.join(chosen)}; longest prompt {longest} tokens; "
              "--config.KEY=VALUE overrides any of them"] if chosen else []
     return config, lines

@@ -47,8 +47,7 @@ def _count(n: int) -> str:
 
 
 def pretrained_defaults(cfg: ModelConfig, *, has_chat_template: bool, longest_prompt: int,
-                        response_tokens: int = 512, median_prompt: int | None = None
-                        ) -> dict[str, Any]:
+                        response_tokens: int = 512) -> dict[str, Any]:
     """Config values (dotted keys) for RL from a pretrained checkpoint.
 
     - training.lr: PRETRAINED_LR, or LORA_LR when only adapters train;
@@ -56,13 +55,6 @@ def pretrained_defaults(cfg: ModelConfig, *, has_chat_template: bool, longest_pr
       instruction prompt for base models);
     - training.max_length: longest_prompt + response_tokens rounded up to LENGTH_MULTIPLE (and
       at most the model's context), so that no episode is cut by the template's length;
-    - training.pack_width (with ``median_prompt``): the packed update rows' width. Where two
-      episodes of the median prompt and a full response do not fit training.max_length (a
-      longest prompt well above the median, responses near their cap: each such episode
-      would fill just over half a row and pair with none), the width that fits two of them,
-      rounded up to LENGTH_MULTIPLE; else 0 (max_length). SmolLM2 on GSM8K at 128 new tokens
-      (prompts of median 109, longest 276 tokens: max_length 448, pack width 512): docs/
-      performance.md;
     - warmstart.enabled: False (a model may already use the tool; a chat model that never
       does can be warm-started in its own format, ``:smollm2-135m-tools``), and the warm
       start's size and lr at a pretrained model's scale (WARMSTART_*) in case it is turned on,
@@ -80,12 +72,7 @@ def pretrained_defaults(cfg: ModelConfig, *, has_chat_template: bool, longest_pr
         raise UserError(f"pretrained_defaults: the longest prompt ({longest_prompt} tokens) "
                         f"leaves no room for a response in the model's context "
                         f"({cfg.max_seq_len})")
-    pack = {}
-    if median_prompt is not None:
-        pair = -(-2 * (median_prompt + response_tokens) // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
-        pack["training.pack_width"] = pair if pair > max_length else 0
     return {
-        **pack,
         "training.lr": LORA_LR if cfg.lora_rank else PRETRAINED_LR,
         "data.template": "chat" if has_chat_template else "zero",
         "training.max_length": max_length,

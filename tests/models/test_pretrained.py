@@ -35,26 +35,6 @@ def test_defaults_fit_the_prompt_and_the_template():
                     "model.remat": "full"}
 
 
-def test_pack_width_fits_two_median_episodes_where_max_length_does_not():
-    cfg = get_preset("qwen2.5-1.5b")
-
-    def width(longest, median, response):
-        got = pretrained_defaults(cfg, has_chat_template=True, longest_prompt=longest,
-                                  response_tokens=response, median_prompt=median)
-        return got["training.max_length"], got["training.pack_width"]
-
-    # GSM8K under SmolLM2's chat template at 128 new tokens: episodes of ~237 tokens, max_length
-    # 448 holds one; rows of 512 hold two.
-    assert width(276, 109, 128) == (448, 512)
-    # Short prompts beside the longest: two episodes already fit max_length (0: max_length).
-    assert width(151, 40, 88) == (256, 0)
-    assert width(300, 150, 150) == (512, 640)      # 2 x 300 = 600 > 512: rows of 640
-    assert width(300, 100, 150) == (512, 0)        # 2 x 250 = 500 fit 512
-    # Without a median prompt the width is not chosen.
-    assert "training.pack_width" not in pretrained_defaults(cfg, has_chat_template=True,
-                                                            longest_prompt=151)
-
-
 def test_defaults_refuse_prompts_the_context_cannot_hold():
     cfg = dataclasses.replace(get_preset("tiny-1m"), max_seq_len=256)
     assert pretrained_defaults(cfg, has_chat_template=True, longest_prompt=200)[

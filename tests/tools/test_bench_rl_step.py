@@ -147,6 +147,17 @@ def test_our_side_draws_one_batch_as_trl_does():
     assert not config.warmstart.enabled and overrides["rl.max_oversample"] == 1.0
 
 
+def test_pack_width_reaches_our_side_only_when_asked():
+    spec = {"prompts": 8, "samples": 4, "total_steps": 3, "seed": 0, "prefix_caching": 1}
+    config, overrides = bench.ours_config(spec)
+    assert config.training.pack_width == 0 and "training.pack_width" not in overrides
+    config, overrides = bench.ours_config({**spec, "pack_width": 512})
+    assert config.training.pack_width == overrides["training.pack_width"] == 512
+    assert bench.parse_args(["--pack_width=512"]).pack_width == 512
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--pack_width=-1"])
+
+
 def test_our_sides_printed_command_survives_the_shell():
     import shlex
 

@@ -112,6 +112,15 @@ def test_bad_value_is_one_error_naming_the_field(field, value):
     assert "\n" not in message
 
 
+def test_pack_width_is_max_length_or_wider():
+    for width in (0, 96, 512):   # tiny_config's max_length is 96
+        assert read_config(tiny_config(**{"training.pack_width": width})).training.pack_width \
+            == width
+    with pytest.raises(ConfigError, match="training.pack_width: expected 0 .* >= "
+                                          "training.max_length=96"):
+        read_config(tiny_config(**{"training.pack_width": 95}))
+
+
 def test_step_tokens_zero_makes_room_for_every_slot():
     assert read_config(tiny_config()).engine.step_tokens == 2048
     cfg = read_config(tiny_config(**{"rollout.num_slots": 4096, "rollout.prefill_chunk": 64}))
