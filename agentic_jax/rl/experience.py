@@ -224,16 +224,13 @@ class PackPlan(NamedTuple):
 
 
 def packed_row_count(rows: int, row_multiple: int = 1) -> int:
-    """The row count ``rows`` filled packed rows are padded to: a multiple of the largest
-    multiple of ``row_multiple`` (data shards x micro-batches) no larger than a step growing
-    with the count (1 row below 16, 2 below 32, 4 below 64, 8 below 128, ...), or of
-    ``row_multiple`` itself where it is larger. Padding adds less than an eighth of the rows
-    (a padding row costs a filled row's forward and backward) where ``row_multiple`` is at
-    most the step, else fewer than ``row_multiple`` rows; a run meets few counts (each
-    compiles the train step once: 8 an octave where ``row_multiple`` divides the step; below
-    16 rows and one shard, every count is its own program). Rounded to multiples of 8 instead,
-    SmolLM2's GRPO update of 18 filled rows computed 24 and took 1.37x as long
-    (docs/performance.md)."""
+    """The row count ``rows`` filled packed rows are padded to. The padding step grows with
+    the count (1 row below 16, 2 below 32, 4 below 64, ...), rounded down to a multiple of
+    ``row_multiple`` (data shards x micro-batches; at least one of those): padding stays
+    under an eighth of the rows where ``row_multiple`` fits in the step (a padding row costs
+    a filled row's forward and backward), and a run meets few counts, each compiling the
+    train step once. Rounded to multiples of 8 instead, SmolLM2's GRPO update of 18 filled rows computed
+    24 and took 1.37x as long (docs/performance.md)."""
     rows = int(rows)
     step = 1 << max(0, rows.bit_length() - 4)
     multiple = row_multiple * max(1, step // row_multiple)

@@ -53,8 +53,7 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
     params, opt_state = state.params, state.opt_state
     packing = packing_options(t, run.row_multiple, lengths)
     sums: dict[str, float] = {}
-    n = 0
-    shapes = []
+    shapes = []   # one [rows, width] a minibatch step
     compiled = CompileCount(run.step_fn)
     for _ in range(t.ppo_epochs):
         for mb in minibatches(batch, t.minibatches, rng, run.batch_sharding, **packing):
@@ -64,8 +63,7 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
             skipped_in_a_row = _count_skips(metrics, skipped_in_a_row, t.max_skipped_updates)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-            n += 1
-    out = {k: v / n for k, v in sums.items()}
+    out = {k: v / len(shapes) for k, v in sums.items()}
     out.update(stats, zero_gradient=0.0, **_compile_metrics(compiled),
                **slot_metrics(shapes, lengths, t.ppo_epochs))
     return UpdateResult(state.replace(params=params, opt_state=opt_state), out,
@@ -75,9 +73,9 @@ def update(run: Run, state: TrainState, episodes: list[Episode], step: int, *,
 def packing_options(training: Any, row_multiple: int, lengths: np.ndarray) -> dict[str, Any]:
     """`minibatches`' packing arguments for ``training`` (the run's TrainingConfig): each
     minibatch's episodes (``lengths`` tokens) packed into rows of ``training.pack_width``
-    tokens (0: ``training.max_length``), their count padded by `packed_row_count` to a multiple of the data shards x
-    micro-batches (``row_multiple``, the run's, over the minibatches); none where
-    ``training.pack_sequences`` is off."""
+    tokens (0: ``training.max_length``), the row count padded by `packed_row_count` to a
+    multiple of the data shards x micro-batches (the run's ``row_multiple`` over the
+    minibatches); none where ``training.pack_sequences`` is off."""
     if not training.pack_sequences:
         return {}
     return dict(lengths=lengths, pack_width=training.pack_width or training.max_length,
