@@ -183,6 +183,11 @@ def _default() -> ml_collections.ConfigDict:
     # blocks and ~5x the compiled code of each decode program. auto | true | false: auto turns
     # it on for blocks of 64 MiB and more when their copy fits in memory, and logs the choice.
     c.rollout.layer_arrays = "auto"
+    # Run a decode round trip on a larger program already compiled (the same tokens) until its
+    # padding has cost what compiling its own would, then compile it (EngineConfig.
+    # reuse_programs): a rollout's tail shapes stop waiting on compilations. auto (on CPU) |
+    # true | false.
+    c.rollout.reuse_programs = "auto"
     # Keep prefilled prompt pages and start later prompts with the same first tokens from them
     # (EngineConfig.prefix_caching, vLLM's automatic prefix caching); dropped on new weights.
     c.rollout.prefix_caching = True

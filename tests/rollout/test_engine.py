@@ -389,8 +389,9 @@ def test_a_round_trip_ends_when_the_running_rows_fit_a_smaller_batch(model, base
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, 64, 3 + i % 7).tolist() for i in range(16)]   # none shared
     new = [4 if i % 3 == 0 else 60 for i in range(16)]
+    # The batch sizes themselves: no round trip on a larger program already compiled.
     cfg = EngineConfig(num_slots=16, page_size=8, decode_steps=64,
-                       max_seq_len=max(map(len, prompts)) + 60)
+                       max_seq_len=max(map(len, prompts)) + 60, reuse_programs=False)
     keys = jax.random.split(jax.random.key(7), 16)
     events = {}
     for slots in (16, 1):

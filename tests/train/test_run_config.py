@@ -292,17 +292,25 @@ def test_tools_are_named_in_the_config(tmp_path, monkeypatch):
     assert read_config(config).environment.tools == ("python", "my_tools:Echo")
 
 
+@pytest.mark.parametrize("field", ["layer_arrays", "reuse_programs"])
 @pytest.mark.parametrize("value, expected", [("auto", "auto"), ("True", True), ("false", False),
                                              (True, True), (False, False)])
-def test_layer_arrays_reads_auto_or_a_bool_from_a_config_or_a_command_line(value, expected):
+def test_on_off_auto_engine_fields_read_from_a_config_or_a_command_line(field, value, expected):
     config = tiny_config()
-    config.rollout.layer_arrays = value if isinstance(value, str) else str(value)
+    setattr(config.rollout, field, value if isinstance(value, str) else str(value))
     cfg = read_config(config)
-    assert cfg.engine.layer_arrays == expected and cfg.engine.prefix_caching is True
+    assert getattr(cfg.engine, field) == expected and cfg.engine.prefix_caching is True
 
 
-def test_a_bad_layer_arrays_value_names_the_field():
+def test_a_run_recorded_without_reuse_programs_reads_auto():
     config = tiny_config()
-    config.rollout.layer_arrays = "sometimes"
-    with pytest.raises(ConfigError, match="rollout.layer_arrays: expected auto, true or false"):
+    del config.rollout["reuse_programs"]
+    assert read_config(config).engine.reuse_programs == "auto"
+
+
+@pytest.mark.parametrize("field", ["layer_arrays", "reuse_programs"])
+def test_a_bad_on_off_auto_value_names_the_field(field):
+    config = tiny_config()
+    setattr(config.rollout, field, "sometimes")
+    with pytest.raises(ConfigError, match=f"rollout.{field}: expected auto, true or false"):
         read_config(config)

@@ -20,6 +20,7 @@ from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.layer_arrays import choose_layer_arrays
 from agentic_jax.rollout.engine.paged_kv import PagedKV, init_paged_kv
+from agentic_jax.rollout.engine.program_reuse import ProgramReuse
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
 from agentic_jax.rollout.engine.speculative import context_window
@@ -193,6 +194,14 @@ class ModelRunner:
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
+        # Rent-or-buy over the compiled decode programs (`program_reuse`), on CPU: elsewhere
+        # a program's padded rows need not give the same bits.
+        self.reuse = None
+        if cfg.reuse_programs is True or (cfg.reuse_programs == "auto"
+                                          and jax.default_backend() == "cpu"):
+            self.reuse = ProgramReuse(row_flops=_row_flops(model_cfg),
+                                      pair_flops=_pair_flops(model_cfg, cfg.page_size))
+        self._drops_seen = MAP_WATCH.drops
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
         # The engine calls its programs through it (`_call`), counted in `take_compiles`.
         self._compile_count = CompileCount(*_PROGRAMS)
@@ -298,7 +307,6 @@ class ModelRunner:
         self._wake()
         sizes = self.row_buckets
         at = next(i for i, size in enumerate(sizes) if size >= len(running))
-        n = sizes[at]
         # The round trip ends once any slot stops (``return_early``: a queued request takes
         # it), else once the running slots fit the next smaller batch, which decodes them
         # from then on (float32 SmolLM2-135M steps of 8 / 16 / 24 / 32 rows: 27 / 39 / 51 /
@@ -308,14 +316,28 @@ class ModelRunner:
         elif at > 0:
             return_after = len(running) - sizes[at - 1]
         else:
-            return_after = n + 1
+            return_after = sizes[at] + 1
+        matchers = [s.matcher for s in running]
+        constrained = any(m is not None for m in matchers)
+        _, _, use_filter = _row_sampling(running, len(running), sampling)
+        wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
+        spec = 0 if constrained else self.speculative_tokens   # none under a constraint
+        # Stop-id columns in steps of powers of two from 4: a request with one more stop id
+        # does not compile another program.
+        stop_cols = _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)
+        program = (stop_cols, 1 if constrained else self.decode_steps, sampling.top_k,
+                   use_filter, MAX_TOP_LOGPROBS if wants_tops else 0, spec)
+        wanted = (sizes[at], self._pairs_width(running))
+        reuse = self.reuse if self.reuse is not None and MAP_WATCH.drops == self._drops_seen \
+            else self._reset_reuse()
+        if spec:   # a speculative step's padded rows moved a log-prob by an ulp: exact shapes
+            reuse = None
+        n, width = reuse.choose(program, *wanted) if reuse is not None else wanted
         tables = np.zeros((n, self.max_pages), np.int32)
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
         live = np.zeros(n, bool)
         keys = np.zeros((n,) + running[0].key_data.shape, np.uint32)
-        # Stop-id columns in steps of powers of two from 4: a request with one more stop id
-        # does not compile another program.
-        stops = np.full((n, _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)), -1, np.int32)
+        stops = np.full((n, stop_cols), -1, np.int32)
         for i, seq in enumerate(running):
             tables[i, :len(seq.pages)] = seq.pages
             last[i], length[i], budget[i], live[i] = seq.tokens[-1], seq.length, seq.budget, True
@@ -323,24 +345,34 @@ class ModelRunner:
             ids = seq.request.stop_tokens + seq.request.pause_tokens
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
-        allowed = batch_bitmasks([s.matcher for s in running], n, self.model_cfg.vocab_size)
-        temperature, top_p, use_filter = _row_sampling(running, n, sampling)
-        wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
-        spec = self.speculative_tokens if allowed is None else 0   # none under a constraint
+        allowed = batch_bitmasks(matchers, n, self.model_cfg.vocab_size)
+        temperature, top_p, _ = _row_sampling(running, n, sampling)
         window = context_window([s.tokens for s in running], n) if spec else None
+        compiled_before = self._compile_count.seconds
+        start = time.perf_counter()
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
-            self._pairs(running, n), temperature, top_p, jnp.int32(return_after), allowed, window,
-            num_steps=self.decode_steps if allowed is None else 1, top_k=sampling.top_k,
-            use_filter=use_filter, attention_impl=self.decode_impl,
-            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0, speculative_tokens=spec,
-            ngram=self.ngram)
+            self._pairs(running, n, width), temperature, top_p, jnp.int32(return_after),
+            allowed, window, num_steps=program[1], top_k=sampling.top_k,
+            use_filter=use_filter, attention_impl=self.decode_impl, top_logprobs=program[4],
+            speculative_tokens=spec, ngram=self.ngram)
         self.kv = out.kv
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
                               out.accepted))
+        if reuse is not None:
+            reuse.ran(program, wanted, (n, width), steps=int(got[5]),
+                      seconds=time.perf_counter() - start,
+                      compile_s=self._compile_count.seconds - compiled_before)
         MAP_WATCH.after_call(self.kv)
-        return DecodeResult(*got[:5], int(got[5]), n, *got[6:])
+        return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
+
+    def _reset_reuse(self) -> ProgramReuse | None:
+        """`reuse` after the map watch dropped the compiled programs: it forgets them."""
+        if self.reuse is not None:
+            self.reuse.forget()
+        self._drops_seen = MAP_WATCH.drops
+        return self.reuse
 
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
         """Compiles the decode program of every batch size and attention width, and the
@@ -380,6 +412,9 @@ class ModelRunner:
                     speculative_tokens=spec, ngram=self.ngram)
                 self.kv = out.kv
                 n_programs += 1
+                if self.reuse is not None:   # the key `decode` gives these programs
+                    self.reuse.compiled((STOP_COLUMNS, self.decode_steps, sampling.top_k,
+                                         use_filter, 0, spec), (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.
@@ -401,15 +436,18 @@ class ModelRunner:
         jax.block_until_ready(self.kv)
         return n_programs
 
-    def _pairs(self, running: list[Seq], rows_in_batch: int) -> PagePairs:
+    @staticmethod
+    def _pairs_width(running: list[Seq]) -> int:
+        """The page-pair list's width for ``running``: its pages padded to the next of 64, 96,
+        128, 192, ... (`_width_bucket`): attention pays for every listed pair, so a power of
+        two (335 pairs -> 512) would cost up to twice the work, for half the compilations."""
+        return max(64, _width_bucket(sum(len(s.pages) for s in running)))
+
+    def _pairs(self, running: list[Seq], rows_in_batch: int, width: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is
-        running[i]), padded to the next of 64, 96, 128, 192, ... (`_width_bucket`): attention
-        pays for every listed pair, so a power of two (335 pairs -> 512) would cost up to twice
-        the work, for half the compilations."""
-        total = sum(len(s.pages) for s in running)
-        m = max(64, _width_bucket(total))
-        rows = np.full(m, rows_in_batch, np.int32)
-        pages, starts = np.zeros(m, np.int32), np.zeros(m, np.int32)
+        running[i]), padded to ``width`` pairs with pairs of row ``rows_in_batch`` (none)."""
+        rows = np.full(width, rows_in_batch, np.int32)
+        pages, starts = np.zeros(width, np.int32), np.zeros(width, np.int32)
         at = 0
         for i, seq in enumerate(running):
             k = len(seq.pages)
@@ -417,6 +455,17 @@ class ModelRunner:
             starts[at:at + k] = np.arange(k) * self.page_size
             at += k
         return PagePairs(rows, pages, starts)
+
+
+def _row_flops(cfg: ModelConfig) -> float:
+    """A decode row's matmul FLOPs: every weight but an untied embedding table (a lookup)."""
+    head = cfg.hidden_size * cfg.vocab_size
+    return 2.0 * (cfg.num_params() - (0 if cfg.tie_word_embeddings else head))
+
+
+def _pair_flops(cfg: ModelConfig, page_size: int) -> float:
+    """A page pair's attention FLOPs over all layers: scores and values, every query head."""
+    return 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * page_size
 
 
 def _row_sampling(running: list[Seq], rows_in_batch: int, default: SamplingParams

@@ -30,7 +30,8 @@ class DecodeResult(NamedTuple):
     padded to the batch size). top_logprobs float32 / top_ids int32 [rows, steps, K]: when a
     running request asks for top_logprobs, the K (>= what any asks) most likely tokens at each
     step, most likely first; else None. drafted / accepted int32 [rows]: with speculative
-    decoding, the drafts verified and those emitted (else None).
+    decoding, the drafts verified and those emitted (else None). rented: the round trip ran
+    on a larger compiled program than its own (`program_reuse`).
     """
 
     tokens: np.ndarray
@@ -44,6 +45,7 @@ class DecodeResult(NamedTuple):
     top_ids: np.ndarray | None = None
     drafted: np.ndarray | None = None
     accepted: np.ndarray | None = None
+    rented: bool = False
 
 
 class Runner(Protocol):

@@ -237,6 +237,7 @@ class Scheduler(SlotTable):
         self.stats.slot_steps += out.steps * self.cfg.num_slots
         self.stats.row_steps += out.steps * out.rows
         self.stats.token_steps += int(out.count.sum())
+        self.stats.rented_calls += int(out.rented)
         if out.drafted is not None:
             self.stats.drafted_tokens += int(out.drafted.sum())
             self.stats.accepted_tokens += int(out.accepted.sum())

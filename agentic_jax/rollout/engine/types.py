@@ -99,6 +99,14 @@ class EngineConfig:
       (12% of drafts accepted), so it is off by default; it is meant for GPU, where a step is
       memory-bound (docs/performance.md).
     speculative_ngram: the longest context suffix the drafts are looked up by.
+    reuse_programs: run a round trip on a larger decode program already compiled (more rows,
+      a longer page-pair list: the same tokens, bit for bit on CPU) until the padding has
+      cost what compiling the exact program would, then compile it (`program_reuse`, the
+      ski-rental rule): a rollout's tail shapes no longer each stop it for a compilation
+      (4-6 s a SmolLM2-135M program on 2 CPU cores with `layer_arrays`). Not for
+      speculative steps (their padded rows moved a log-prob by an ulp). "auto" (the default):
+      on CPU; True / False: on / off anywhere. `EngineStats.rented_calls` counts the round
+      trips that ran on a larger program.
     """
 
     num_slots: int = 32
@@ -117,6 +125,7 @@ class EngineConfig:
     prefix_caching: bool = True
     speculative_tokens: int = 0
     speculative_ngram: int = 3
+    reuse_programs: bool | str = "auto"
 
     def __post_init__(self):
         for name in ("num_slots", "page_size", "max_seq_len", "decode_steps", "prefill_chunk",
@@ -143,6 +152,9 @@ class EngineConfig:
         if not (isinstance(self.layer_arrays, bool) or self.layer_arrays == "auto"):
             raise ValueError(f"layer_arrays must be True, False or 'auto', got "
                              f"{self.layer_arrays!r}")
+        if not (isinstance(self.reuse_programs, bool) or self.reuse_programs == "auto"):
+            raise ValueError(f"reuse_programs must be True, False or 'auto', got "
+                             f"{self.reuse_programs!r}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16, got {self.dtype!r}")
         if self.attention_impl not in ("xla", "pallas", "auto"):
@@ -228,7 +240,8 @@ class EngineStats:
     drafted / accepted_tokens: speculative drafts verified and emitted. compiles /
     compile_s: device calls that compiled a program (or loaded it from the persistent compile
     cache) and their seconds, which prefill_s and decode_s include (a page copy's among the
-    prefill's)."""
+    prefill's); rented_calls: decode round trips run on a larger compiled program while their
+    own was not worth compiling yet (`EngineConfig.reuse_programs`)."""
 
     pool_pages: int
     page_bytes: int
@@ -251,6 +264,7 @@ class EngineStats:
     decode_s: float = 0.0
     compiles: int = 0
     compile_s: float = 0.0
+    rented_calls: int = 0  # round trips run on a larger compiled program (`reuse_programs`)
 
     # How `fold` combines each field (every field is in one; a test keeps it so).
     CONSTANTS = ("pool_pages", "page_bytes")
@@ -259,7 +273,7 @@ class EngineStats:
     COUNTS = ("slot_steps", "row_steps", "token_steps", "decode_calls", "prefill_calls",
               "prefill_tokens", "steps", "pages_in_use_sum", "preemptions", "prefix_hits",
               "cached_tokens", "drafted_tokens", "accepted_tokens", "prefill_s", "decode_s",
-              "compiles", "compile_s")
+              "compiles", "compile_s", "rented_calls")
 
     def fold(self, later: EngineStats) -> None:
         """Folds in the counters of a later span of the same engine (its `reset_stats` between
@@ -283,7 +297,8 @@ class EngineStats:
     def as_metrics(self) -> dict[str, float]:
         """The figures a training step logs (``engine_*``; wall-clock seconds and the count of
         compiling calls, which depends on what the process compiled before, as
-        ``time_engine_*``, with the other timings); the speculative ones once drafts ran."""
+        ``time_engine_*``, with the other timings, as is the count of round trips on a larger
+        program, which follows those timings); the speculative ones once drafts ran."""
         spec = {} if not self.drafted_tokens else {
             "engine_spec_drafted": float(self.drafted_tokens),
             "engine_spec_accepted": float(self.accepted_tokens),
@@ -300,7 +315,8 @@ class EngineStats:
                 "time_engine_compiles": float(self.compiles),
                 "time_engine_prefill_s": self.prefill_s,
                 "time_engine_decode_s": self.decode_s,
-                "time_engine_compile_s": self.compile_s}
+                "time_engine_compile_s": self.compile_s,
+                "time_engine_rented_calls": float(self.rented_calls)}
 
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in dataclasses.asdict(self).items()}

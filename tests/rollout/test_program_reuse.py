@@ -1,0 +1,146 @@
+"""Rent-or-buy over the compiled decode programs (`program_reuse`): the rule on its own, and an
+engine that runs its round trips on larger programs sampling what one compiling every shape
+samples, bit for bit."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from agentic_jax.models import ModelConfig, Transformer
+from agentic_jax.rollout import SamplingParams
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
+from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine.program_reuse import ATTENTION_WEIGHT, ProgramReuse, step_cost
+
+KEY = ("stops", 32)
+
+
+def _reuse() -> ProgramReuse:
+    # A row costs what 10 pairs do.
+    return ProgramReuse(row_flops=10 * ATTENTION_WEIGHT, pair_flops=1.0)
+
+
+def test_step_cost_weights_pairs():
+    assert step_cost(3, 5, row_flops=7.0, pair_flops=2.0) == 3 * 7.0 + 5 * 2.0 * ATTENTION_WEIGHT
+
+
+def test_nothing_compiled_compiles_the_exact_shape():
+    reuse = _reuse()
+    assert reuse.choose(KEY, 8, 64) == (8, 64)
+    reuse.ran(KEY, (32, 512), (32, 512), steps=32, seconds=5.0, compile_s=4.0)
+    # Nothing covers more rows or pairs than the compiled program.
+    assert reuse.choose(KEY, 32, 768) == (32, 768)
+    assert reuse.choose(("other", 1), 8, 64) == (8, 64)      # another program's key
+
+
+def test_rents_the_cheapest_cover_until_the_rent_pays_a_compilation():
+    reuse = _reuse()
+    reuse.ran(KEY, (32, 512), (32, 512), steps=32, seconds=5.0, compile_s=4.0)
+    reuse.ran(KEY, (32, 384), (32, 384), steps=32, seconds=5.0, compile_s=4.0)
+    reuse.ran(KEY, (24, 1024), (24, 1024), steps=32, seconds=5.0, compile_s=4.0)
+    assert reuse.compile_estimate() == pytest.approx(4.0)
+    # (24, 256) is covered by all three: (32, 384) is the cheapest (320 + 384 against 240 +
+    # 1024 and 320 + 512, in pair units).
+    assert reuse.choose(KEY, 24, 256) == (32, 384)
+    # A round trip of 32 steps at 0.1 s a step: the padding's share of (32, 384) for (24, 256)
+    # is 1 - (240 + 256) / (320 + 384) = 0.295..., 0.946 s of rent a round trip.
+    share = 1 - (240 + 256) / (320 + 384)
+    for trip in range(4):
+        assert reuse.choose(KEY, 24, 256) == (32, 384)
+        reuse.ran(KEY, (24, 256), (32, 384), steps=32, seconds=3.2)
+    assert 4 * 3.2 * share < 4.0 < 5 * 3.2 * share
+    reuse.ran(KEY, (24, 256), (32, 384), steps=32, seconds=3.2)
+    # The rent reached a compilation's cost: buy.
+    assert reuse.choose(KEY, 24, 256) == (24, 256)
+    reuse.ran(KEY, (24, 256), (24, 256), steps=32, seconds=6.0, compile_s=4.4)
+    assert reuse.choose(KEY, 24, 256) == (24, 256)
+    assert reuse.compile_estimate() == pytest.approx(4.1)
+
+
+def test_a_compiling_call_rents_no_seconds_for_its_compilation():
+    reuse = _reuse()
+    reuse.ran(KEY, (32, 384), (32, 384), steps=32, seconds=5.0, compile_s=4.0)
+    # The used program compiled inside this call (another engine's shape of the same key was
+    # not known here): only the 1 s of steps counts, at the padding's share.
+    reuse.ran(KEY, (24, 256), (32, 384), steps=10, seconds=5.0, compile_s=4.0)
+    share = 1 - (240 + 256) / (320 + 384)
+    assert reuse._rented[(KEY, 24, 256)] == pytest.approx(1.0 * share)
+
+
+def test_warmed_up_programs_are_covers_and_forget_drops_them():
+    reuse = _reuse()
+    reuse.ran(KEY, (8, 64), (8, 64), steps=4, seconds=2.0, compile_s=1.5)
+    reuse.compiled(KEY, (32, 512))
+    assert reuse.choose(KEY, 16, 128) == (32, 512)
+    reuse.forget()
+    assert reuse.choose(KEY, 16, 128) == (16, 128)
+    assert reuse.compile_estimate() == pytest.approx(1.5)
+
+
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=8)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Transformer(CFG, rngs=nnx.Rngs(5))
+
+
+def _sample(model, cfg: EngineConfig, waves=(16, 5, 11, 3)):
+    """Waves of requests of ragged lengths (the tail of each leaves fewer rows running):
+    {id: (tokens, logprobs, values)} and the engine's stats."""
+    engine = Engine(model, cfg)
+    rng = np.random.default_rng(0)
+    keys = jax.random.split(jax.random.key(1), 64)
+    out = {}
+    for wave, count in enumerate(waves):
+        for i in range(count):
+            prompt = rng.integers(3, 64, int(rng.integers(2, 30))).tolist()
+            engine.submit(Request((wave, i), tuple(prompt), int(rng.integers(2, 40)),
+                                  keys[wave * 16 + i], stop_tokens=(1,)))
+        for event in engine.run():
+            out[event.request_id] = (event.tokens, event.logprobs, event.values)
+    return out, engine.stats
+
+
+@pytest.mark.parametrize("layer_arrays, dtype, spec", [(False, "auto", 0), (True, "auto", 0),
+                                                       (False, "bfloat16", 0),
+                                                       (False, "auto", 2)],
+                         ids=["scan", "layer-arrays", "bfloat16", "speculative"])
+def test_larger_programs_sample_the_same_bits(model, layer_arrays, dtype, spec):
+    base = dict(num_slots=16, page_size=4, max_seq_len=80, decode_steps=4, prefill_chunk=16,
+                layer_arrays=layer_arrays, dtype=dtype, speculative_tokens=spec,
+                sampling=SamplingParams(temperature=1.0))
+    # The reusing engine first, with no program compiled: it measures its compilations.
+    pm.decode_jit.clear_cache()
+    reused, stats = _sample(model, EngineConfig(**base, reuse_programs=True))
+    exact, exact_stats = _sample(model, EngineConfig(**base, reuse_programs=False))
+    assert exact_stats.rented_calls == 0
+    if spec:   # speculative steps always run their own shape
+        assert stats.rented_calls == 0 and stats.row_steps == exact_stats.row_steps
+    else:
+        # Compiling a tiny model's program takes far longer than the steps its padding
+        # costs: the tail shapes run on the first programs compiled.
+        assert stats.rented_calls > 5
+        assert stats.row_steps > exact_stats.row_steps
+    assert exact.keys() == reused.keys() and len(exact) == 35
+    for rid, (tokens, logprobs, values) in exact.items():
+        assert reused[rid][0] == tokens, rid
+        np.testing.assert_array_equal(reused[rid][1], logprobs)
+        np.testing.assert_array_equal(reused[rid][2], values)
+
+
+def test_auto_reuses_on_cpu_only(model, monkeypatch):
+    assert Engine(model, EngineConfig(num_slots=2, max_seq_len=32)).runner.reuse is not None
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    engine = Engine(model, EngineConfig(num_slots=2, max_seq_len=32, attention_impl="xla"))
+    assert engine.runner.reuse is None
+    engine = Engine(model, EngineConfig(num_slots=2, max_seq_len=32, attention_impl="xla",
+                                        reuse_programs=True))
+    assert engine.runner.reuse is not None
+
+
+def test_reuse_programs_is_checked():
+    with pytest.raises(ValueError, match="reuse_programs must be True, False or 'auto'"):
+        EngineConfig(reuse_programs="yes")
