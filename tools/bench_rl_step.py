@@ -79,6 +79,7 @@ PRESET = "smollm2-135m"
 LR = 1e-6
 TRL_NAME = "TRL GRPOTrainer"
 OURS_NAME = "agentic_jax"
+BASELINE_NAME = "baseline"   # ours with `--against`'s overrides, in TRL's place
 # The loop's own per-step timings printed beside ours' steps (the engine's where logged).
 LOOP_KEYS = ("time_rollout_s", "time_update_s", "time_step_s")
 ENGINE_KEYS = ("time_engine_prefill_s", "time_engine_decode_s", "time_engine_compile_s",
@@ -102,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="ours: training.pack_width, the packed update rows' width (0: "
                              "training.max_length, the default)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--against", default="",
+                        help="ours against ours: KEY=VALUE[,KEY=VALUE] config overrides of a "
+                             "baseline run of our loop that takes TRL's place, e.g. "
+                             "rollout.reuse_programs=false")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: one shape 2x4, 16 new tokens, 2 timed steps")
     args = parser.parse_args(argv)
@@ -112,10 +117,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--steps: expected >= 1, got {args.steps}")
     if args.new_tokens < 1:
         parser.error(f"--new_tokens: expected >= 1, got {args.new_tokens}")
+    try:
+        args.against_overrides = parse_overrides(args.against)
+    except ValueError as err:
+        parser.error(f"--against: {err}")
     if args.pack_width < 0:
         parser.error(f"--pack_width: expected >= 0 (0: training.max_length), got "
                      f"{args.pack_width}")
     return args
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """"a.b=false,c.d=3" -> {"a.b": False, "c.d": 3}: booleans and numbers as such, anything
+    else as a string (an on / off / auto field takes a bool as "true" / "false")."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"expected KEY=VALUE, got {part!r}")
+        value = value.strip()
+        if value.lower() in ("true", "false"):
+            out[key.strip()] = value.lower() == "true"
+            continue
+        for kind in (int, float):
+            try:
+                out[key.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key.strip()] = value
+    return out
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -212,18 +244,18 @@ def _mb(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideResult,
-           gflops: float, flops: FlopModel) -> list[str]:
-    """The lines printed for one shape."""
+def _table(shape: tuple[int, int], new_tokens: int, sides: tuple[SideResult, ...]
+           ) -> list[str]:
+    """The medians of each side's timed steps, and each step's split."""
     prompts, samples = shape
-    n = len(trl.timed_steps)
+    n = len(sides[0].timed_steps)
     lines = [f"== {prompts}x{samples}: {prompts} GSM8K prompts x {samples} samples, at most "
              f"{new_tokens} new tokens; median of {n} step{'s' if n != 1 else ''} after the "
              f"first ==",
              f"{'':<16} {'step s':>7} {'CPU s':>7} {'cores':>5} {'others':>6} "
              f"{'rollout s':>9} {'(CPU)':>7} {'sample s':>8} {'update s':>8} {'(CPU)':>7} "
              f"{'tokens':>7} {'resp':>6} {'cut':>5} {'peak RSS MB steps / process':>28}"]
-    for r in (trl, ours):
+    for r in sides:
         step, roll, upd = r.side("step"), r.side("rollout"), r.side("update")
         share = step.others_share
         cut = f"{r.median('trunc'):.0f}/{r.median('rows'):.0f}"
@@ -238,7 +270,7 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
                  "cut: samples that reached the token limit; sample s: the sampling alone, "
                  "inside the rollout)")
     lines.append("per step, wall s (step = rollout + update; the first is not counted):")
-    for r in (trl, ours):
+    for r in sides:
         parts = []
         for s in r.steps:
             w, rw = s["step"][0], s["rollout"][0]
@@ -249,6 +281,9 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
             if engine and "time_engine_compiles" in loop:
                 engine += (f"; of them compiling {loop['time_engine_compile_s']:.1f} in "
                            f"{loop['time_engine_compiles']:.0f} calls")
+            if engine and loop.get("time_engine_rented_calls"):
+                engine += (f"; {loop['time_engine_rented_calls']:.0f} decode round trips on "
+                           f"a larger program")
             engine += ")" if engine else ""
             update = (f" (of it compiling {loop['time_update_compile_s']:.1f} in "
                       f"{loop['time_update_compiles']:.0f} calls)"
@@ -259,6 +294,13 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
                 extra += f" ({s['appended_tokens']} tokens of tool refusals appended)"
             parts.append(f"{w:.1f} = {rw:.1f} + {w - rw:.1f}{extra}")
         lines.append(f"  {r.name}: " + "; ".join(parts))
+    return lines
+
+
+def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideResult,
+           gflops: float, flops: FlopModel) -> list[str]:
+    """The lines printed for one shape."""
+    lines = _table(shape, new_tokens, (trl, ours))
     lines.append("ratios, ours over TRL as speed (> 1: ours is faster):")
     lines.append("  step: " + bench_clock.ratio_line(ours.side("step"), trl.side("step")))
     lines.append("  rollout vs generation: " + bench_clock.ratio_line(
@@ -285,6 +327,26 @@ def report(shape: tuple[int, int], new_tokens: int, trl: SideResult, ours: SideR
                  f"training.recompute_old_logprobs=auto, {trl.name}'s num_iterations=1; "
                  f"{ours.name}'s LM head runs on the response columns rounded up to eighths of "
                  f"the row, `rl.forward.scored_columns`)")
+    return lines
+
+
+def against_report(shape: tuple[int, int], new_tokens: int, base: SideResult,
+                   ours: SideResult) -> list[str]:
+    """`--against`: our loop with its defaults against the baseline's overrides, the medians
+    and each step's split, the ratios (by the whole timed steps as well: a compilation saved
+    falls in one step), and whether the two sampled the same tokens."""
+    lines = _table(shape, new_tokens, (base, ours))
+    lines.append(f"ratios, {ours.name} over {base.name} as speed (> 1: {ours.name} is faster):")
+    for phase in ("step", "rollout", "update"):
+        lines.append(f"  {phase}: " + bench_clock.ratio_line(ours.side(phase), base.side(phase)))
+        totals = [sum(phase_run(s, phase)[0] for s in r.timed_steps) for r in (base, ours)]
+        lines.append(f"    sum of the timed steps: {totals[0]:.1f} s against {totals[1]:.1f} "
+                     f"s, {totals[0] / max(totals[1], 1e-9):.2f}x")
+    alike = [s["response_tokens"] for s in base.steps] == [s["response_tokens"] for s in ours.steps]
+    lines.append("  response tokens a step: " + ", ".join(
+        f"{a} / {b}" for a, b in zip((s["response_tokens"] for s in base.steps),
+                                     (s["response_tokens"] for s in ours.steps)))
+        + (" (alike)" if alike else " (they differ)"))
     return lines
 
 
@@ -405,14 +467,20 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
         ours_info = ours.receive("ready", START_TIMEOUT_S)
         print(f"  {OURS_NAME} ready in {time.perf_counter() - t0:.0f} s", flush=True)
         t0 = time.perf_counter()
-        trl = start_child(ctx, TRL_NAME, trl_main,
-                          dict(spec, log=f"{tmp}/trl.log", rows=ours_info.pop("rows"),
-                               system=ours_info.pop("system"), model_dir=ours_info["model_dir"],
-                               clip=ours_info["clip"]))
+        rows, system = ours_info.pop("rows"), ours_info.pop("system")
+        if args.against_overrides:
+            trl = start_child(ctx, BASELINE_NAME, baseline_main,
+                              dict(spec, log=f"{tmp}/baseline.log",
+                                   overrides=args.against_overrides))
+        else:
+            trl = start_child(ctx, TRL_NAME, trl_main,
+                              dict(spec, log=f"{tmp}/trl.log", rows=rows, system=system,
+                                   model_dir=ours_info["model_dir"], clip=ours_info["clip"]))
         children.append(trl)
         trl_info = trl.receive("ready", START_TIMEOUT_S)
-        print(f"  {TRL_NAME} ready in {time.perf_counter() - t0:.0f} s", flush=True)
-        results = {TRL_NAME: SideResult(TRL_NAME, [], trl_info),
+        trl_info.pop("rows", None), trl_info.pop("system", None)
+        print(f"  {trl.name} ready in {time.perf_counter() - t0:.0f} s", flush=True)
+        results = {trl.name: SideResult(trl.name, [], trl_info),
                    OURS_NAME: SideResult(OURS_NAME, [], ours_info)}
         for step in range(1, spec["total_steps"] + 1):
             for child in (trl, ours):
@@ -426,7 +494,7 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
         for child in (trl, ours):
             results[child.name].done = child.receive("done", STEP_TIMEOUT_S)
         ok = True
-        return results[TRL_NAME], results[OURS_NAME]
+        return results[trl.name], results[OURS_NAME]
     finally:
         for child in children:
             child.stop()
@@ -460,8 +528,11 @@ def main(argv: list[str] | None = None) -> int:
         except ChildFailed as err:
             print(f"error: {err}", file=sys.stderr, flush=True)
             return 1
-        lines = header_lines(trl, ours) + report(shape, args.new_tokens, trl, ours, gflops,
-                                                  flops)
+        if args.against_overrides:
+            lines = header_lines(trl, ours) + against_report(shape, args.new_tokens, trl, ours)
+        else:
+            lines = header_lines(trl, ours) + report(shape, args.new_tokens, trl, ours, gflops,
+                                                      flops)
         print("\n".join(lines), flush=True)
         out += lines
     print(f"machine at the end: {bench_clock.machine_line()}", flush=True)
@@ -517,6 +588,10 @@ def ours_main(conn: Any, spec: dict[str, Any]) -> None:
     _child(OURS_NAME, conn, spec, _ours)
 
 
+def baseline_main(conn: Any, spec: dict[str, Any]) -> None:
+    _child(BASELINE_NAME, conn, spec, _ours)
+
+
 def trl_main(conn: Any, spec: dict[str, Any]) -> None:
     _child(TRL_NAME, conn, spec, _trl)
 
@@ -570,6 +645,7 @@ def ours_config(spec: dict[str, Any]):
     }
     if spec.get("pack_width"):
         overrides["training.pack_width"] = int(spec["pack_width"])
+    overrides.update(spec.get("overrides") or {})
     for key, value in overrides.items():
         rundir.set_value(config, key, value)
     return config, overrides

@@ -168,3 +168,46 @@ def test_our_sides_printed_command_survives_the_shell():
                         "--config=configs/math_ppo.py:smollm2-135m-gsm8k"]
     assert "--config.rl.accuracy_band=(0.0, 1.0)" in argv  # one argument, space and all
     assert len(argv) == 4 + len(overrides)
+
+
+def test_against_parses_overrides_and_refuses_bad_ones():
+    assert bench.parse_args([]).against_overrides == {}
+    args = bench.parse_args(["--against=rollout.reuse_programs=false, rollout.decode_steps=16,"
+                             "training.lr=1e-6,rollout.dtype=bfloat16"])
+    assert args.against_overrides == {"rollout.reuse_programs": False,
+                                      "rollout.decode_steps": 16, "training.lr": 1e-6,
+                                      "rollout.dtype": "bfloat16"}
+    for bad in ("rollout.reuse_programs", "=false", "rollout.dtype="):
+        with pytest.raises(SystemExit):
+            bench.parse_args([f"--against={bad}"])
+
+
+def test_against_overrides_reach_the_baseline_config():
+    spec = {"prompts": 8, "samples": 4, "total_steps": 3, "seed": 0, "prefix_caching": 1}
+    config, overrides = bench.ours_config(
+        {**spec, "overrides": {"rollout.reuse_programs": False, "rollout.decode_steps": 16}})
+    # A bool given to an on / off / auto field is written in the words it reads.
+    assert config.rollout.reuse_programs == "false" and config.rollout.decode_steps == 16
+    assert overrides["rollout.decode_steps"] == 16
+    config, _ = bench.ours_config(spec)
+    assert config.rollout.reuse_programs == "auto"
+
+
+def test_against_report_compares_ours_with_the_baseline():
+    _, ours = _sides()
+    base = bench.SideResult(bench.BASELINE_NAME, [dict(s) for s in ours.steps],
+                            info={"describe": "ours with overrides"})
+    for s, (w, r) in zip(base.steps, ((210, 45), (36, 12), (33, 11), (29, 9))):
+        s.update(step=(w, 1.8 * w, 0.1 * w), rollout=(r, 1.6 * r, 0.1 * r))
+    ours.steps[2]["loop"]["time_engine_rented_calls"] = 2.0
+    text = "\n".join(bench.against_report((8, 4), 128, base, ours))
+    # Steps 36 / 33 / 29 against 30 / 31 / 29: medians 33 and 30; sums 98 and 90.
+    assert "step: agentic_jax vs baseline: 1.10x by wall time" in text
+    assert "sum of the timed steps: 98.0 s against 90.0 s, 1.09x" in text
+    assert "rollout: agentic_jax vs baseline: 1.10x by wall time" in text
+    assert "; 2 decode round trips on a larger program)" in text
+    assert "response tokens a step: 1500 / 1500, 1500 / 1500, 1500 / 1500, 1500 / 1500 (alike)" \
+        in text
+    ours.steps[3]["response_tokens"] = 1499
+    assert "(they differ)" in "\n".join(bench.against_report((8, 4), 128, base, ours))
+    assert "TRL" not in text
