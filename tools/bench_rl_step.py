@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import shlex
@@ -83,7 +84,8 @@ BASELINE_NAME = "baseline"   # ours with `--against`'s overrides, in TRL's place
 # The loop's own per-step timings printed beside ours' steps (the engine's where logged).
 LOOP_KEYS = ("time_rollout_s", "time_update_s", "time_step_s")
 ENGINE_KEYS = ("time_engine_prefill_s", "time_engine_decode_s", "time_engine_compile_s",
-               "time_engine_compiles", "time_update_compile_s", "time_update_compiles")
+               "time_engine_compiles", "time_engine_rented_calls", "time_update_compile_s",
+               "time_update_compiles")
 # Seconds a side may take to load, or to run one step, before the benchmark gives up on it.
 START_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 1800.0
@@ -106,7 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--against", default="",
                         help="ours against ours: KEY=VALUE[,KEY=VALUE] config overrides of a "
                              "baseline run of our loop that takes TRL's place, e.g. "
-                             "rollout.reuse_programs=false")
+                             "rollout.reuse_programs=false (values without commas: no tuples)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: one shape 2x4, 16 new tokens, 2 timed steps")
     args = parser.parse_args(argv)
@@ -340,13 +342,17 @@ def against_report(shape: tuple[int, int], new_tokens: int, base: SideResult,
     for phase in ("step", "rollout", "update"):
         lines.append(f"  {phase}: " + bench_clock.ratio_line(ours.side(phase), base.side(phase)))
         totals = [sum(phase_run(s, phase)[0] for s in r.timed_steps) for r in (base, ours)]
-        lines.append(f"    sum of the timed steps: {totals[0]:.1f} s against {totals[1]:.1f} "
-                     f"s, {totals[0] / max(totals[1], 1e-9):.2f}x")
-    alike = [s["response_tokens"] for s in base.steps] == [s["response_tokens"] for s in ours.steps]
-    lines.append("  response tokens a step: " + ", ".join(
-        f"{a} / {b}" for a, b in zip((s["response_tokens"] for s in base.steps),
-                                     (s["response_tokens"] for s in ours.steps)))
-        + (" (alike)" if alike else " (they differ)"))
+        lines.append(f"    sum of the timed steps: {base.name} {totals[0]:.1f} s, {ours.name} "
+                     f"{totals[1]:.1f} s: {totals[0] / max(totals[1], 1e-9):.2f}x")
+    counts = ", ".join(f"{a['response_tokens']} / {b['response_tokens']}"
+                       for a, b in zip(base.steps, ours.steps))
+    digests = [[s.get("tokens_digest") for s in r.steps] for r in (base, ours)]
+    if all(digests[0]) and all(digests[1]):
+        same = digests[0] == digests[1]
+        counts += (" (every step the same tokens)" if same else
+                   " (the tokens differ in steps " + ", ".join(
+                       str(i + 1) for i, (a, b) in enumerate(zip(*digests)) if a != b) + ")")
+    lines.append(f"  response tokens a step, {base.name} / {ours.name}: {counts}")
     return lines
 
 
@@ -470,7 +476,7 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
         rows, system = ours_info.pop("rows"), ours_info.pop("system")
         if args.against_overrides:
             trl = start_child(ctx, BASELINE_NAME, baseline_main,
-                              dict(spec, log=f"{tmp}/baseline.log",
+                              dict(spec, log=f"{tmp}/baseline.log", run_name="baseline_run",
                                    overrides=args.against_overrides))
         else:
             trl = start_child(ctx, TRL_NAME, trl_main,
@@ -513,7 +519,8 @@ def model_flops() -> FlopModel:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    print(f"bench_rl_step: one GRPO step of SmolLM2-135M-Instruct on GSM8K, {TRL_NAME} vs "
+    other = (f"{BASELINE_NAME} ({args.against})" if args.against_overrides else TRL_NAME)
+    print(f"bench_rl_step: one GRPO step of SmolLM2-135M-Instruct on GSM8K, {other} vs "
           f"{OURS_NAME}; shapes {args.shapes}, at most {args.new_tokens} new tokens, "
           f"{args.steps} timed steps a side after one untimed, interleaved", flush=True)
     print(f"machine: {bench_clock.machine_line()}", flush=True)
@@ -710,6 +717,8 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
             response_tokens=int(table["model_tokens"].sum()),
             appended_tokens=int((table["response_length"] - table["model_tokens"]).sum()),
             rows=len(table["sequence_length"]), trunc=int(table["truncated"].sum()),
+            tokens_digest=hashlib.sha256(json.dumps(
+                [e.response_tokens for e in experience.episodes]).encode()).hexdigest()[:16],
             ids=list(dict.fromkeys(p.id for p in experience.problems)))
         return experience
 
@@ -755,7 +764,7 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
         return timed.result
 
     run_lib.rl_step = gated_step
-    workdir = os.path.join(spec["tmp"], "run")
+    workdir = os.path.join(spec["tmp"], spec.get("run_name", "run"))   # one a side
 
     def no_held_out(policy, tools=True):
         return {"accuracy": 0.0, "code_use_rate": 0.0}

@@ -11,6 +11,7 @@ from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout import SamplingParams
 from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 from agentic_jax.rollout.engine import paged_model as pm
+from agentic_jax.rollout.engine import runner
 from agentic_jax.rollout.engine.program_reuse import ATTENTION_WEIGHT, ProgramReuse, step_cost
 
 KEY = ("stops", 32)
@@ -89,7 +90,7 @@ def model():
 
 def _sample(model, cfg: EngineConfig, waves=(16, 5, 11, 3)):
     """Waves of requests of ragged lengths (the tail of each leaves fewer rows running):
-    {id: (tokens, logprobs, values)} and the engine's stats."""
+    {id: (tokens, logprobs, values, top log-probs)} and the engine."""
     engine = Engine(model, cfg)
     rng = np.random.default_rng(0)
     keys = jax.random.split(jax.random.key(1), 64)
@@ -100,35 +101,75 @@ def _sample(model, cfg: EngineConfig, waves=(16, 5, 11, 3)):
             engine.submit(Request((wave, i), tuple(prompt), int(rng.integers(2, 40)),
                                   keys[wave * 16 + i], stop_tokens=(1,)))
         for event in engine.run():
-            out[event.request_id] = (event.tokens, event.logprobs, event.values)
-    return out, engine.stats
+            out[event.request_id] = (event.tokens, event.logprobs, event.values,
+                                     event.top_logprobs)
+    return out, engine
 
 
-@pytest.mark.parametrize("layer_arrays, dtype, spec", [(False, "auto", 0), (True, "auto", 0),
-                                                       (False, "bfloat16", 0),
-                                                       (False, "auto", 2)],
-                         ids=["scan", "layer-arrays", "bfloat16", "speculative"])
-def test_larger_programs_sample_the_same_bits(model, layer_arrays, dtype, spec):
+@pytest.mark.parametrize("layer_arrays, dtype, spec, sampling", [
+    (False, "auto", 0, SamplingParams(temperature=1.0)),
+    (True, "auto", 0, SamplingParams(temperature=1.0)),
+    (False, "bfloat16", 0, SamplingParams(temperature=1.0)),
+    (False, "auto", 0, SamplingParams(temperature=0.8, top_p=0.9, top_logprobs=3)),
+    (False, "auto", 2, SamplingParams(temperature=1.0))],
+    ids=["scan", "layer-arrays", "bfloat16", "top-p-top-logprobs", "speculative"])
+def test_larger_programs_sample_the_same_bits(model, layer_arrays, dtype, spec, sampling):
     base = dict(num_slots=16, page_size=4, max_seq_len=80, decode_steps=4, prefill_chunk=16,
                 layer_arrays=layer_arrays, dtype=dtype, speculative_tokens=spec,
-                sampling=SamplingParams(temperature=1.0))
-    # The reusing engine first, with no program compiled: it measures its compilations.
+                sampling=sampling)
+    # Each engine with no program compiled: the reusing one measures its compilations, and
+    # each counts its own.
     pm.decode_jit.clear_cache()
-    reused, stats = _sample(model, EngineConfig(**base, reuse_programs=True))
-    exact, exact_stats = _sample(model, EngineConfig(**base, reuse_programs=False))
-    assert exact_stats.rented_calls == 0
+    reused, engine = _sample(model, EngineConfig(**base, reuse_programs=True))
+    stats = engine.stats
+    pm.decode_jit.clear_cache()
+    exact, exact_engine = _sample(model, EngineConfig(**base, reuse_programs=False))
+    exact_stats = exact_engine.stats
+    assert exact_stats.rented_calls == 0 and exact_engine.runner.reuse is None
     if spec:   # speculative steps always run their own shape
         assert stats.rented_calls == 0 and stats.row_steps == exact_stats.row_steps
     else:
         # Compiling a tiny model's program takes far longer than the steps its padding
-        # costs: the tail shapes run on the first programs compiled.
+        # costs: the tail shapes run on the first programs compiled, and no rented program
+        # compiled again (its key is the program's).
         assert stats.rented_calls > 5
         assert stats.row_steps > exact_stats.row_steps
+        assert stats.compiles < exact_stats.compiles
+        assert engine.runner.reuse.rented_compiles == 0
     assert exact.keys() == reused.keys() and len(exact) == 35
-    for rid, (tokens, logprobs, values) in exact.items():
+    for rid, (tokens, logprobs, values, tops) in exact.items():
         assert reused[rid][0] == tokens, rid
         np.testing.assert_array_equal(reused[rid][1], logprobs)
         np.testing.assert_array_equal(reused[rid][2], values)
+        assert reused[rid][3] == tops
+    if sampling.top_logprobs:
+        assert all(len(t[3][0]) == 3 for t in exact.values())
+
+
+def test_programs_dropped_by_the_map_watch_are_forgotten(model, monkeypatch):
+    cfg = EngineConfig(num_slots=16, page_size=4, max_seq_len=80, decode_steps=4,
+                       prefill_chunk=16, sampling=SamplingParams(temperature=1.0),
+                       reuse_programs=True)
+    pm.decode_jit.clear_cache()
+    engine = Engine(model, cfg)
+    rng = np.random.default_rng(3)
+
+    def wave(n, first):
+        for i in range(n):
+            engine.submit(Request(first + i, tuple(rng.integers(3, 64, 9).tolist()),
+                                  int(rng.integers(2, 30)), jax.random.key(first + i)))
+        engine.run()
+
+    wave(16, 0)     # its tail (8 rows and fewer) ran on the 16-row programs
+    rented = engine.stats.rented_calls
+    assert rented > 0 and engine.runner.reuse.rented_compiles == 0
+    # The watch dropped every engine program: none is compiled any more, so none is a cover:
+    # a lone request compiles its own 8-row program, not a 16-row one it would rent.
+    pm.decode_jit.clear_cache()
+    monkeypatch.setattr(runner.MAP_WATCH, "drops", runner.MAP_WATCH.drops + 1)
+    wave(1, 100)
+    assert engine.runner.reuse.rented_compiles == 0
+    assert engine.stats.rented_calls == rented
 
 
 def test_auto_reuses_on_cpu_only(model, monkeypatch):

@@ -203,11 +203,19 @@ def test_against_report_compares_ours_with_the_baseline():
     text = "\n".join(bench.against_report((8, 4), 128, base, ours))
     # Steps 36 / 33 / 29 against 30 / 31 / 29: medians 33 and 30; sums 98 and 90.
     assert "step: agentic_jax vs baseline: 1.10x by wall time" in text
-    assert "sum of the timed steps: 98.0 s against 90.0 s, 1.09x" in text
+    assert "sum of the timed steps: baseline 98.0 s, agentic_jax 90.0 s: 1.09x" in text
     assert "rollout: agentic_jax vs baseline: 1.10x by wall time" in text
     assert "; 2 decode round trips on a larger program)" in text
-    assert "response tokens a step: 1500 / 1500, 1500 / 1500, 1500 / 1500, 1500 / 1500 (alike)" \
-        in text
-    ours.steps[3]["response_tokens"] = 1499
-    assert "(they differ)" in "\n".join(bench.against_report((8, 4), 128, base, ours))
+    assert ("response tokens a step, baseline / agentic_jax: 1500 / 1500, 1500 / 1500, "
+            "1500 / 1500, 1500 / 1500\n") in text + "\n"     # no digests: no verdict
+    for side in (base, ours):
+        for i, s in enumerate(side.steps):
+            s["tokens_digest"] = f"d{i}"
+    assert "1500 / 1500 (every step the same tokens)" in "\n".join(
+        bench.against_report((8, 4), 128, base, ours))
+    ours.steps[3]["tokens_digest"] = "other"
+    assert "(the tokens differ in steps 4)" in "\n".join(
+        bench.against_report((8, 4), 128, base, ours))
     assert "TRL" not in text
+    assert "time_engine_rented_calls" in bench.ENGINE_KEYS   # kept from the loop's metrics
+

@@ -199,8 +199,12 @@ class ModelRunner:
         self.reuse = None
         if cfg.reuse_programs is True or (cfg.reuse_programs == "auto"
                                           and jax.default_backend() == "cpu"):
-            self.reuse = ProgramReuse(row_flops=_row_flops(model_cfg),
-                                      pair_flops=_pair_flops(model_cfg, cfg.page_size))
+            if _compiled_programs() is None:   # no compilation is ever seen: it never rents
+                log.info("rollout engine: reuse_programs off: this jax does not say what its "
+                         "jitted functions hold")
+            else:
+                self.reuse = ProgramReuse(row_flops=_row_flops(model_cfg),
+                                          pair_flops=_pair_flops(model_cfg, cfg.page_size))
         self._drops_seen = MAP_WATCH.drops
         self.kv: PagedKV | None = init_paged_kv(model_cfg, num_pages, cfg.page_size, mesh)
         # The engine calls its programs through it (`_call`), counted in `take_compiles`.
@@ -325,8 +329,8 @@ class ModelRunner:
         # Stop-id columns in steps of powers of two from 4: a request with one more stop id
         # does not compile another program.
         stop_cols = _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)
-        program = (stop_cols, 1 if constrained else self.decode_steps, sampling.top_k,
-                   use_filter, MAX_TOP_LOGPROBS if wants_tops else 0, spec)
+        program = self._program_key(stop_cols, constrained, use_filter, wants_tops, spec,
+                                    running[0].key_data.shape, sampling)
         wanted = (sizes[at], self._pairs_width(running))
         reuse = self.reuse if self.reuse is not None and MAP_WATCH.drops == self._drops_seen \
             else self._reset_reuse()
@@ -353,9 +357,11 @@ class ModelRunner:
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
             self._pairs(running, n, width), temperature, top_p, jnp.int32(return_after),
-            allowed, window, num_steps=program[1], top_k=sampling.top_k,
-            use_filter=use_filter, attention_impl=self.decode_impl, top_logprobs=program[4],
-            speculative_tokens=spec, ngram=self.ngram)
+            allowed, window, num_steps=1 if constrained else self.decode_steps,
+            top_k=sampling.top_k,
+            use_filter=use_filter, attention_impl=self.decode_impl,
+            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0, speculative_tokens=spec,
+            ngram=self.ngram)
         self.kv = out.kv
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
@@ -366,6 +372,14 @@ class ModelRunner:
                       compile_s=self._compile_count.seconds - compiled_before)
         MAP_WATCH.after_call(self.kv)
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
+
+    def _program_key(self, stop_cols: int, constrained: bool, use_filter: bool,
+                     wants_tops: bool, spec: int, key_shape: tuple[int, ...],
+                     sampling: SamplingParams) -> tuple:
+        """What makes a decode program apart from its rows and page pairs: the static
+        arguments and array shapes `decode` passes besides them (`program_reuse`'s key)."""
+        return (stop_cols, constrained, 1 if constrained else self.decode_steps, sampling.top_k,
+                use_filter, wants_tops, spec, tuple(key_shape))
 
     def _reset_reuse(self) -> ProgramReuse | None:
         """`reuse` after the map watch dropped the compiled programs: it forgets them."""
@@ -391,9 +405,12 @@ class ModelRunner:
                     -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
         _, _, use_filter = _row_sampling([], 1, sampling)
+        key_shape = self.key_data(jax.random.key(0)).shape   # a request's key, as submitted
+        program = self._program_key(STOP_COLUMNS, False, use_filter, False, spec, key_shape,
+                                    sampling)
         for n in self.row_buckets:
             slots = pm.SlotState(*(np.zeros(n, np.int32) for _ in range(3)),
-                                 np.zeros(n, bool), np.zeros((n, 2), np.uint32),
+                                 np.zeros(n, bool), np.zeros((n, *key_shape), np.uint32),
                                  np.full((n, STOP_COLUMNS), -1, np.int32))
             widths = sorted({max(64, _width_bucket(k)) for k in range(1, n * pages + 1)})
             for m in widths:
@@ -412,9 +429,8 @@ class ModelRunner:
                     speculative_tokens=spec, ngram=self.ngram)
                 self.kv = out.kv
                 n_programs += 1
-                if self.reuse is not None:   # the key `decode` gives these programs
-                    self.reuse.compiled((STOP_COLUMNS, self.decode_steps, sampling.top_k,
-                                         use_filter, 0, spec), (n, m))
+                if self.reuse is not None:
+                    self.reuse.compiled(program, (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.
