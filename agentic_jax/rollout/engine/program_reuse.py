@@ -3,16 +3,17 @@ compiled while the exact one is not worth compiling yet.
 
 A decode program's shape is its rows (a `runner._row_buckets` batch size) and its page-pair
 list's width; each new shape is a new XLA program. On CPU with the layers unrolled
-(`EngineConfig.layer_arrays`) SmolLM2-135M's decode programs take 4-6 s each to compile, and a
+(`EngineConfig.layer_arrays`) SmolLM2-135M's decode programs take 3-4 s each to compile, and a
 rollout meets a dozen or more: the tail of every batch (24, 16, 12, 8 rows) at each width the
 contexts reach. A program of more rows and a wider pair list computes the same tokens (padded
-rows are idle, padded pairs are dropped; on XLA:CPU bit for bit, tested in
-tests/rollout/test_program_reuse.py), only at a higher cost a step. So this is a rent-or-buy
-choice, decided as the ski-rental rule decides it: run the cheapest compiled program that
-covers the shape (rent) until the extra seconds paid for that shape reach what a compilation
-costs (the mean of this runner's measured ones), then compile it (buy). No shape costs much more
-than twice what knowing the future would have cost, and a shape that recurs in every rollout
-is compiled once its padding has cost one compilation.
+rows are idle, padded pairs belong to no row; on XLA:CPU the same bits: tests/rollout/
+test_program_reuse.py at the tiny model's and SmolLM2's widths), only at a higher cost a step.
+So this is a rent-or-buy choice, decided by the ski-rental rule: run the cheapest compiled
+program that covers the shape (rent) until the extra seconds paid for that shape reach what a
+compilation costs (the mean of this runner's measured ones; nothing is rented before one is
+measured), then compile it (buy). Per shape, and as far as those estimates hold, no shape
+costs much more than twice what it would with the future known, and a shape that recurs in
+every rollout is compiled once its padding has cost about one compilation.
 
 The extra seconds of a rented round trip are its measured seconds a step times the share of a
 step the padding took, from `step_cost` (a row's matmul FLOPs, a page pair's attention FLOPs
@@ -93,7 +94,7 @@ class ProgramReuse:
         slot = (key, *wanted)
         self._rented[slot] = self._rented.get(slot, 0.0) + steps * step_s * share
 
-    def compiled(self, key: Hashable, shape: tuple[int, int]) -> None:
+    def add_compiled(self, key: Hashable, shape: tuple[int, int]) -> None:
         """Records a program compiled outside a round trip (the engine's warm-up)."""
         self._compiled.setdefault(key, set()).add(shape)
 

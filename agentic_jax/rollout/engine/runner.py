@@ -305,9 +305,10 @@ class ModelRunner:
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
                sampling: SamplingParams) -> DecodeResult:
-        # The running slots are packed into the first rows of a batch of `row_buckets` rows:
-        # when the tail of a rollout leaves few slots running, a step costs what they need,
-        # not what num_slots would. Rows carry no state between round trips.
+        # The running slots are packed into the first rows of a batch of `row_buckets` rows
+        # (or of a larger compiled program's, `program_reuse`): when the tail of a rollout
+        # leaves few slots running, a step costs what they need, not what num_slots would.
+        # Rows carry no state between round trips.
         self._wake()
         sizes = self.row_buckets
         at = next(i for i, size in enumerate(sizes) if size >= len(running))
@@ -323,8 +324,9 @@ class ModelRunner:
             return_after = sizes[at] + 1
         matchers = [s.matcher for s in running]
         constrained = any(m is not None for m in matchers)
-        _, _, use_filter = _row_sampling(running, len(running), sampling)
-        wants_tops = any((s.request.sampling or sampling).top_logprobs for s in running)
+        params = [s.request.sampling or sampling for s in running]
+        use_filter = any(p.use_filter for p in params)
+        wants_tops = any(p.top_logprobs for p in params)
         spec = 0 if constrained else self.speculative_tokens   # none under a constraint
         # Stop-id columns in steps of powers of two from 4: a request with one more stop id
         # does not compile another program.
@@ -377,9 +379,10 @@ class ModelRunner:
                      wants_tops: bool, spec: int, key_shape: tuple[int, ...],
                      sampling: SamplingParams) -> tuple:
         """What makes a decode program apart from its rows and page pairs: the static
-        arguments and array shapes `decode` passes besides them (`program_reuse`'s key)."""
-        return (stop_cols, constrained, 1 if constrained else self.decode_steps, sampling.top_k,
-                use_filter, wants_tops, spec, tuple(key_shape))
+        arguments and array shapes `decode` passes besides them (`program_reuse`'s key; a
+        constrained call runs one step with bitmasks)."""
+        return (stop_cols, constrained, sampling.top_k, use_filter, wants_tops, spec,
+                tuple(key_shape))
 
     def _reset_reuse(self) -> ProgramReuse | None:
         """`reuse` after the map watch dropped the compiled programs: it forgets them."""
@@ -404,7 +407,9 @@ class ModelRunner:
         pages = min(self.max_pages,
                     -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
-        _, _, use_filter = _row_sampling([], 1, sampling)
+        use_filter = sampling.use_filter   # as `decode` finds it for requests of the default
+        if self.reuse is not None and MAP_WATCH.drops != self._drops_seen:
+            self._reset_reuse()
         key_shape = self.key_data(jax.random.key(0)).shape   # a request's key, as submitted
         program = self._program_key(STOP_COLUMNS, False, use_filter, False, spec, key_shape,
                                     sampling)
@@ -430,7 +435,7 @@ class ModelRunner:
                 self.kv = out.kv
                 n_programs += 1
                 if self.reuse is not None:
-                    self.reuse.compiled(program, (n, m))
+                    self.reuse.add_compiled(program, (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.

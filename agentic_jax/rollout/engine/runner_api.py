@@ -27,11 +27,12 @@ class DecodeResult(NamedTuple):
     tokens: int32 [rows, steps]; logprobs, values: float32 [rows, steps] — row i's first
     count[i] entries are real. count: int32 [rows]. stopped: bool [rows], the row stopped on a
     stop or pause token. steps: decode steps the loop ran. rows: rows computed (running slots
-    padded to the batch size). top_logprobs float32 / top_ids int32 [rows, steps, K]: when a
-    running request asks for top_logprobs, the K (>= what any asks) most likely tokens at each
-    step, most likely first; else None. drafted / accepted int32 [rows]: with speculative
-    decoding, the drafts verified and those emitted (else None). rented: the round trip ran
-    on a larger compiled program than its own (`program_reuse`).
+    padded to the batch size, or to a larger compiled program's rows). top_logprobs float32 /
+    top_ids int32 [rows, steps, K]: when a running request asks for top_logprobs, the K (>=
+    what any asks) most likely tokens at each step, most likely first; else None. drafted /
+    accepted int32 [rows]: with speculative decoding, the drafts verified and those emitted
+    (else None). rented: the round trip ran on a larger compiled program than its own
+    (`program_reuse`).
     """
 
     tokens: np.ndarray

@@ -100,12 +100,14 @@ class EngineConfig:
       memory-bound (docs/performance.md).
     speculative_ngram: the longest context suffix the drafts are looked up by.
     reuse_programs: run a round trip on a larger decode program already compiled (more rows,
-      a longer page-pair list: the same tokens, bit for bit on CPU) until the padding has
-      cost what compiling the exact program would, then compile it (`program_reuse`, the
-      ski-rental rule): a rollout's tail shapes no longer each stop it for a compilation
-      (4-6 s a SmolLM2-135M program on 2 CPU cores with `layer_arrays`). Not for
-      speculative steps (their padded rows moved a log-prob by an ulp). "auto" (the default):
-      on CPU; True / False: on / off anywhere. `EngineStats.rented_calls` counts the round
+      a longer page-pair list: the same tokens, bit for bit on XLA:CPU as tested) until the
+      padding has cost what compiling the exact program would, then compile it
+      (`program_reuse`, the ski-rental rule): a rollout's tail shapes no longer each stop it
+      for a compilation (3-4 s a SmolLM2-135M program on 2 CPU cores with `layer_arrays`).
+      Not for speculative steps (their padded rows moved a log-prob by an ulp). "auto" (the
+      default): on CPU; True: on elsewhere too, where padded rows need not give the same bits
+      (GPU matmuls choose kernels by shape); False: off. Off wherever jax does not say what
+      its jitted functions hold (no compilation could be measured). `EngineStats.rented_calls` counts the round
       trips that ran on a larger program.
     """
 
@@ -246,7 +248,8 @@ class EngineStats:
     pool_pages: int
     page_bytes: int
     slot_steps: int = 0
-    row_steps: int = 0  # decode rows computed (running slots packed into power-of-two batches)
+    row_steps: int = 0  # decode rows computed (running slots packed into batches, or a
+    #                      larger compiled program's rows)
     token_steps: int = 0
     decode_calls: int = 0
     prefill_calls: int = 0
