@@ -24,14 +24,19 @@ def _compiled():
     return pm.decode_jit._cache_size(), pm.prefill_jit._cache_size()
 
 
-@pytest.mark.parametrize("prefix_caching, step_tokens", [(True, 2048), (False, 2048), (True, 19)],
-                         ids=["prefix-cache", "no-cache", "chunks-cut-mid-page"])
+@pytest.mark.parametrize("prefix_caching, step_tokens, top_p",
+                         [(True, 2048, 1.0), (False, 2048, 1.0), (True, 19, 1.0),
+                          (True, 2048, 0.9)],
+                         ids=["prefix-cache", "no-cache", "chunks-cut-mid-page", "top-p"])
 def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching,
-                                                                       step_tokens, monkeypatch):
+                                                                       step_tokens, top_p,
+                                                                       monkeypatch):
     # step_tokens 19 beside 12 slots: prefill chunks cut to what decode leaves start mid-page.
+    # top_p < 1: the default sampling's programs filter the logits (warm-up compiles those).
     cfg = EngineConfig(num_slots=12, page_size=8, max_seq_len=64, decode_steps=4,
                        prefill_chunk=24, prefill_rows=2, prefix_caching=prefix_caching,
-                       step_tokens=step_tokens, sampling=SamplingParams(temperature=1.0))
+                       step_tokens=step_tokens,
+                       sampling=SamplingParams(temperature=1.0, top_p=top_p))
     monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
     engine = Engine(model, cfg)
     programs, seconds = engine.warmup()
