@@ -50,7 +50,8 @@ in the same order, and the report says whether the prompt tokens of the two side
 With ``--against=KEY=VALUE[,...]`` a second run of our loop with those config overrides takes
 TRL's place (its own process and workdir, the same problems and seeds), and the report gives
 the ratios ours over it, by the medians and by the sums of the timed steps, and whether the
-two sampled the same tokens in every step: a same-run A/B of one of our settings.
+two sampled the same tokens and log-prob bits in every step: a same-run A/B of one of our
+settings.
 
 Printed for each shape: seconds a step, its rollout and update (wall and CPU seconds), the
 tokens each side sampled and trained on, the peak RSS of each side's process (during the steps,
@@ -76,6 +77,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import bench_clock
 from bench_clock import Run, Side
@@ -343,7 +346,7 @@ def against_report(shape: tuple[int, int], new_tokens: int, base: SideResult,
                    ours: SideResult) -> list[str]:
     """`--against`: our loop with its defaults against the baseline's overrides, the medians
     and each step's split, the ratios (by the whole timed steps as well: a compilation saved
-    falls in one step), and whether the two sampled the same tokens."""
+    falls in one step), and whether the two sampled the same tokens and log-prob bits."""
     lines = _table(shape, new_tokens, (base, ours))
     lines.append(f"ratios, {ours.name} over {base.name} as speed (> 1: {ours.name} is faster):")
     for phase in ("step", "rollout", "update"):
@@ -356,8 +359,8 @@ def against_report(shape: tuple[int, int], new_tokens: int, base: SideResult,
     digests = [[s.get("tokens_digest") for s in r.steps] for r in (base, ours)]
     if all(digests[0]) and all(digests[1]):
         same = digests[0] == digests[1]
-        counts += (" (every step the same tokens)" if same else
-                   " (the tokens differ in steps " + ", ".join(
+        counts += (" (every step the same tokens and log-prob bits)" if same else
+                   " (the samples differ in steps " + ", ".join(
                        str(i + 1) for i, (a, b) in enumerate(zip(*digests)) if a != b) + ")")
     lines.append(f"  response tokens a step, {base.name} / {ours.name}: {counts}")
     return lines
@@ -481,22 +484,23 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
         print(f"  {OURS_NAME} ready in {time.perf_counter() - t0:.0f} s", flush=True)
         t0 = time.perf_counter()
         rows, system = ours_info.pop("rows"), ours_info.pop("system")
-        if args.against_overrides:
-            trl = start_child(ctx, BASELINE_NAME, baseline_main,
-                              dict(spec, log=f"{tmp}/baseline.log", run_name="baseline_run",
-                                   overrides=args.against_overrides))
+        if args.against_overrides:   # ours with the overrides in TRL's place
+            other = start_child(ctx, BASELINE_NAME, baseline_main,
+                                dict(spec, log=f"{tmp}/baseline.log", run_name="baseline_run",
+                                     overrides=args.against_overrides))
         else:
-            trl = start_child(ctx, TRL_NAME, trl_main,
-                              dict(spec, log=f"{tmp}/trl.log", rows=rows, system=system,
-                                   model_dir=ours_info["model_dir"], clip=ours_info["clip"]))
-        children.append(trl)
-        trl_info = trl.receive("ready", START_TIMEOUT_S)
-        trl_info.pop("rows", None), trl_info.pop("system", None)
-        print(f"  {trl.name} ready in {time.perf_counter() - t0:.0f} s", flush=True)
-        results = {trl.name: SideResult(trl.name, [], trl_info),
+            other = start_child(ctx, TRL_NAME, trl_main,
+                                dict(spec, log=f"{tmp}/trl.log", rows=rows, system=system,
+                                     model_dir=ours_info["model_dir"], clip=ours_info["clip"]))
+        children.append(other)
+        other_info = other.receive("ready", START_TIMEOUT_S)
+        for key in ("rows", "system"):   # the baseline's plan, as ours': not kept
+            other_info.pop(key, None)
+        print(f"  {other.name} ready in {time.perf_counter() - t0:.0f} s", flush=True)
+        results = {other.name: SideResult(other.name, [], other_info),
                    OURS_NAME: SideResult(OURS_NAME, [], ours_info)}
         for step in range(1, spec["total_steps"] + 1):
-            for child in (trl, ours):
+            for child in (other, ours):
                 child.conn.send(("go", None))
                 record = child.receive("step", STEP_TIMEOUT_S)
                 results[child.name].steps.append(record)
@@ -504,10 +508,10 @@ def run_shape(shape: tuple[int, int], args: argparse.Namespace) -> tuple[SideRes
                 print(f"  {child.name} step {step}/{spec['total_steps']}: {w:.1f} s "
                       f"(rollout {rw:.1f}, update {w - rw:.1f}; {record['response_tokens']} "
                       f"response tokens)", flush=True)
-        for child in (trl, ours):
+        for child in (other, ours):
             results[child.name].done = child.receive("done", STEP_TIMEOUT_S)
         ok = True
-        return results[trl.name], results[OURS_NAME]
+        return results[other.name], results[OURS_NAME]
     finally:
         for child in children:
             child.stop()
@@ -592,6 +596,16 @@ class StepClock:
         after = bench_clock._machine_busy_s()
         others = None if self.busy is None or after is None else max(0.0, after - self.busy - cpu)
         return wall, cpu, others
+
+
+def sample_digest(episodes: Any) -> str:
+    """A digest of what the episodes sampled: every response token and the bits of its
+    log-prob (two runs that sampled the same bits have the same digest)."""
+    h = hashlib.sha256()
+    for e in episodes:
+        h.update(np.asarray(e.response_tokens, np.int64).tobytes())
+        h.update(np.asarray(e.logprobs, np.float32).tobytes())
+    return h.hexdigest()[:16]
 
 
 def _run_tuple(run: Run) -> tuple[float, float, float | None]:
@@ -724,8 +738,7 @@ def _ours(conn: Any, spec: dict[str, Any]) -> None:
             response_tokens=int(table["model_tokens"].sum()),
             appended_tokens=int((table["response_length"] - table["model_tokens"]).sum()),
             rows=len(table["sequence_length"]), trunc=int(table["truncated"].sum()),
-            tokens_digest=hashlib.sha256(json.dumps(
-                [e.response_tokens for e in experience.episodes]).encode()).hexdigest()[:16],
+            tokens_digest=sample_digest(experience.episodes),
             ids=list(dict.fromkeys(p.id for p in experience.problems)))
         return experience
 

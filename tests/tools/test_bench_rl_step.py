@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -211,11 +212,26 @@ def test_against_report_compares_ours_with_the_baseline():
     for side in (base, ours):
         for i, s in enumerate(side.steps):
             s["tokens_digest"] = f"d{i}"
-    assert "1500 / 1500 (every step the same tokens)" in "\n".join(
+    assert "1500 / 1500 (every step the same tokens and log-prob bits)" in "\n".join(
         bench.against_report((8, 4), 128, base, ours))
     ours.steps[3]["tokens_digest"] = "other"
-    assert "(the tokens differ in steps 4)" in "\n".join(
+    assert "(the samples differ in steps 4)" in "\n".join(
         bench.against_report((8, 4), 128, base, ours))
     assert "TRL" not in text
     assert "time_engine_rented_calls" in bench.ENGINE_KEYS   # kept from the loop's metrics
 
+
+
+def test_the_sample_digest_sees_a_token_and_a_log_prob_bit():
+    from types import SimpleNamespace as Episode
+
+    base = [Episode(response_tokens=[5, 6, 7], logprobs=[-0.5, -1.25, -2.0]),
+            Episode(response_tokens=[9], logprobs=[-0.75])]
+    digest = bench.sample_digest(base)
+    assert digest == bench.sample_digest([Episode(response_tokens=list(e.response_tokens),
+                                                  logprobs=list(e.logprobs)) for e in base])
+    other_token = [Episode(response_tokens=[5, 6, 8], logprobs=base[0].logprobs), base[1]]
+    last_bit = float(np.nextafter(np.float32(-2.0), np.float32(0)))
+    other_bit = [Episode(response_tokens=base[0].response_tokens,
+                         logprobs=[-0.5, -1.25, last_bit]), base[1]]
+    assert len({digest, bench.sample_digest(other_token), bench.sample_digest(other_bit)}) == 3

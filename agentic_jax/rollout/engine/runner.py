@@ -325,19 +325,17 @@ class ModelRunner:
         matchers = [s.matcher for s in running]
         constrained = any(m is not None for m in matchers)
         params = [s.request.sampling or sampling for s in running]
-        use_filter = any(p.use_filter for p in params)
-        wants_tops = any(p.top_logprobs for p in params)
-        spec = 0 if constrained else self.speculative_tokens   # none under a constraint
+        statics = self._decode_statics(constrained, any(p.use_filter for p in params),
+                                       any(p.top_logprobs for p in params), sampling)
+        spec = statics["speculative_tokens"]
         # Stop-id columns in steps of powers of two from 4: a request with one more stop id
         # does not compile another program.
         stop_cols = _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)
-        program = self._program_key(stop_cols, constrained, use_filter, wants_tops, spec,
-                                    running[0].key_data.shape, sampling)
+        program = _program_key(statics, constrained, stop_cols, running[0].key_data.shape)
         wanted = (sizes[at], self._pairs_width(running))
-        reuse = self.reuse if self.reuse is not None and MAP_WATCH.drops == self._drops_seen \
-            else self._reset_reuse()
-        if spec:   # a speculative step's padded rows moved a log-prob by an ulp: exact shapes
-            reuse = None
+        self._forget_dropped_programs()
+        # A speculative step's padded rows moved a log-prob by an ulp: it runs its own shape.
+        reuse = None if spec else self.reuse
         n, width = reuse.choose(program, *wanted) if reuse is not None else wanted
         tables = np.zeros((n, self.max_pages), np.int32)
         last, length, budget = (np.zeros(n, np.int32) for _ in range(3))
@@ -352,18 +350,14 @@ class ModelRunner:
             stops[i, :len(ids)] = ids
         slots = pm.SlotState(last, length, budget, live, keys, stops)
         allowed = batch_bitmasks(matchers, n, self.model_cfg.vocab_size)
-        temperature, top_p, _ = _row_sampling(running, n, sampling)
+        temperature, top_p = _row_sampling(params, n, sampling)
         window = context_window([s.tokens for s in running], n) if spec else None
         compiled_before = self._compile_count.seconds
         start = time.perf_counter()
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
             self._pairs(running, n, width), temperature, top_p, jnp.int32(return_after),
-            allowed, window, num_steps=1 if constrained else self.decode_steps,
-            top_k=sampling.top_k,
-            use_filter=use_filter, attention_impl=self.decode_impl,
-            top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0, speculative_tokens=spec,
-            ngram=self.ngram)
+            allowed, window, **statics)
         self.kv = out.kv
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
@@ -375,21 +369,22 @@ class ModelRunner:
         MAP_WATCH.after_call(self.kv)
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
 
-    def _program_key(self, stop_cols: int, constrained: bool, use_filter: bool,
-                     wants_tops: bool, spec: int, key_shape: tuple[int, ...],
-                     sampling: SamplingParams) -> tuple:
-        """What makes a decode program apart from its rows and page pairs: the static
-        arguments and array shapes `decode` passes besides them (`program_reuse`'s key; a
-        constrained call runs one step with bitmasks)."""
-        return (stop_cols, constrained, sampling.top_k, use_filter, wants_tops, spec,
-                tuple(key_shape))
+    def _decode_statics(self, constrained: bool, use_filter: bool, wants_tops: bool,
+                        sampling: SamplingParams) -> dict[str, Any]:
+        """`paged_model.decode_jit`'s static arguments for a round trip: with a code constraint
+        one step and no drafts; with any row asking for top log-probs, `MAX_TOP_LOGPROBS`."""
+        return dict(num_steps=1 if constrained else self.decode_steps, top_k=sampling.top_k,
+                    use_filter=use_filter, attention_impl=self.decode_impl,
+                    top_logprobs=MAX_TOP_LOGPROBS if wants_tops else 0,
+                    speculative_tokens=0 if constrained else self.speculative_tokens,
+                    ngram=self.ngram)
 
-    def _reset_reuse(self) -> ProgramReuse | None:
-        """`reuse` after the map watch dropped the compiled programs: it forgets them."""
-        if self.reuse is not None:
-            self.reuse.forget()
-        self._drops_seen = MAP_WATCH.drops
-        return self.reuse
+    def _forget_dropped_programs(self) -> None:
+        """After the map watch dropped the compiled programs, `reuse` forgets them."""
+        if MAP_WATCH.drops != self._drops_seen:
+            if self.reuse is not None:
+                self.reuse.forget()
+            self._drops_seen = MAP_WATCH.drops
 
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
         """Compiles the decode program of every batch size and attention width, and the
@@ -407,12 +402,11 @@ class ModelRunner:
         pages = min(self.max_pages,
                     -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
-        use_filter = sampling.use_filter   # as `decode` finds it for requests of the default
-        if self.reuse is not None and MAP_WATCH.drops != self._drops_seen:
-            self._reset_reuse()
+        # The programs `decode` runs for requests of the default sampling.
+        statics = self._decode_statics(False, sampling.use_filter, False, sampling)
         key_shape = self.key_data(jax.random.key(0)).shape   # a request's key, as submitted
-        program = self._program_key(STOP_COLUMNS, False, use_filter, False, spec, key_shape,
-                                    sampling)
+        program = _program_key(statics, False, STOP_COLUMNS, key_shape)
+        self._forget_dropped_programs()
         for n in self.row_buckets:
             slots = pm.SlotState(*(np.zeros(n, np.int32) for _ in range(3)),
                                  np.zeros(n, bool), np.zeros((n, *key_shape), np.uint32),
@@ -428,10 +422,7 @@ class ModelRunner:
                     np.zeros((n, self.max_pages), np.int32), pairs,
                     np.full(n, sampling.temperature, np.float32),
                     np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
-                    context_window([], n) if spec else None, num_steps=self.decode_steps,
-                    top_k=sampling.top_k, use_filter=use_filter,
-                    attention_impl=self.decode_impl, top_logprobs=0,  # as `decode` passes them
-                    speculative_tokens=spec, ngram=self.ngram)
+                    context_window([], n) if spec else None, **statics)
                 self.kv = out.kv
                 n_programs += 1
                 if self.reuse is not None:
@@ -478,6 +469,13 @@ class ModelRunner:
         return PagePairs(rows, pages, starts)
 
 
+def _program_key(statics: dict[str, Any], constrained: bool, stop_columns: int,
+                 key_shape: tuple[int, ...]) -> tuple:
+    """What makes a decode program besides its rows and page pairs (`program_reuse`'s key):
+    its static arguments, whether bitmasks are passed, the stop columns, the key's shape."""
+    return (*sorted(statics.items()), constrained, stop_columns, tuple(key_shape))
+
+
 def _row_flops(cfg: ModelConfig) -> float:
     """A decode row's matmul FLOPs: every weight but an untied embedding table (a lookup)."""
     head = cfg.hidden_size * cfg.vocab_size
@@ -489,13 +487,12 @@ def _pair_flops(cfg: ModelConfig, page_size: int) -> float:
     return 4.0 * cfg.num_layers * cfg.num_heads * cfg.head_dim * page_size
 
 
-def _row_sampling(running: list[Seq], rows_in_batch: int, default: SamplingParams
-                  ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Per-row temperature and top-p (float32 [rows]; a request's own settings, else
-    ``default``) and whether any row truncates (the static ``use_filter``)."""
-    params = [s.request.sampling or default for s in running]
+def _row_sampling(params: list[SamplingParams], rows_in_batch: int, default: SamplingParams
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row temperature and top-p (float32 [rows]): the running rows' ``params``, the
+    padding rows' ``default``."""
     temperature = np.full(rows_in_batch, default.temperature, np.float32)
     top_p = np.full(rows_in_batch, default.top_p, np.float32)
     temperature[:len(params)] = [p.temperature for p in params]
     top_p[:len(params)] = [p.top_p for p in params]
-    return temperature, top_p, any(p.use_filter for p in params)
+    return temperature, top_p

@@ -107,8 +107,8 @@ class EngineConfig:
       Not for speculative steps (their padded rows moved a log-prob by an ulp). "auto" (the
       default): on CPU; True: on elsewhere too, where padded rows need not give the same bits
       (GPU matmuls choose kernels by shape); False: off. Off wherever jax does not say what
-      its jitted functions hold (no compilation could be measured). `EngineStats.rented_calls` counts the round
-      trips that ran on a larger program.
+      its jitted functions hold (no compilation could be measured). `EngineStats.rented_calls`
+      counts the round trips that ran on a larger program.
     """
 
     num_slots: int = 32
