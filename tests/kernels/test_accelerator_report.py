@@ -1,5 +1,6 @@
 """tools/accelerator_report.py --dry_run: every check runs at tiny shapes on CPU (Pallas in
-interpret mode) and lands in the JSON and the markdown table."""
+interpret mode) and lands in the JSON and the markdown table; the model checks run on a CPU
+too, and a model that cannot be loaded is a row that says so."""
 
 import json
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 _REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow  # ~50 s: every check in a subprocess; each part has its own fast tests
+@pytest.mark.slow  # ~60 s: every check in a subprocess; each part has its own fast tests
 def test_dry_run_writes_every_check(tmp_path):
     run = subprocess.run(
         [sys.executable, str(_REPO / "tools" / "accelerator_report.py"), "--dry_run", "--out",
@@ -19,11 +20,16 @@ def test_dry_run_writes_every_check(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads((tmp_path / "accelerator_report.json").read_text())
     checks = [r["check"] for r in report["rows"]]
-    assert checks == ["paged decode step", "flash attention fwd+bwd", "train step MFU"]
+    assert checks == ["paged decode step", "flash attention fwd+bwd", "train step MFU",
+                      "speculative decoding", "serving latency"]
     assert all(r["value"] != "failed" for r in report["rows"]), report["rows"]
     assert "of 4800 GB/s HBM roofline" in report["rows"][0]["vs"]
+    speculative, serving = report["rows"][3:]
+    assert "the same tokens in 4 of 4 requests" in speculative["value"]
+    assert "x plain decoding" in speculative["vs"]
+    assert "p99" in serving["value"] and "x alone" in serving["vs"]
     table = (tmp_path / "accelerator_report.md").read_text()
-    assert table.count("\n| ") == 4 and "train step MFU" in table
+    assert table.count("\n| ") == 6 and "serving latency" in table
 
 
 def test_refuses_a_cpu_run_without_dry_run(tmp_path):
@@ -32,4 +38,25 @@ def test_refuses_a_cpu_run_without_dry_run(tmp_path):
         cwd=_REPO, capture_output=True, text=True, timeout=300,
         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and "--dry_run" in run.stderr
+    assert not (tmp_path / "accelerator_report.json").exists()
+
+
+def test_model_checks_run_on_a_cpu_and_report_a_model_they_cannot_load(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(_REPO / "tools" / "accelerator_report.py"), "--out", str(tmp_path),
+         "--checks=speculative,serving", f"--model={tmp_path / 'missing.gguf'}"],
+        cwd=_REPO, capture_output=True, text=True, timeout=300,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads((tmp_path / "accelerator_report.json").read_text())["rows"]
+    assert [r["check"] for r in rows] == ["speculative", "serving"]
+    assert all(r["value"] == "failed" and "missing.gguf" in r["vs"] for r in rows), rows
+
+
+@pytest.mark.parametrize("flags", [["--checks=speculative,nope"], ["--speculative_tokens=0"]])
+def test_bad_flags_are_refused(tmp_path, flags):
+    run = subprocess.run(
+        [sys.executable, str(_REPO / "tools" / "accelerator_report.py"), "--dry_run",
+         "--out", str(tmp_path), *flags], cwd=_REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and ("nope" in run.stderr or ">= 1" in run.stderr)
     assert not (tmp_path / "accelerator_report.json").exists()
