@@ -95,3 +95,19 @@ def test_decode_over_a_sampler_mesh_lowers(backend, platform, custom_call):
         kv = abstract(kv, jax.tree.map(lambda x: x.sharding, kv))
         decode = _decode_text(graphdef, weights, kv, platform)
     assert decode.count(custom_call) == 1
+
+
+@pytest.mark.parametrize("backend, platform, custom_call", ACCELERATORS)
+def test_speculative_decode_lowers(backend, platform, custom_call):
+    """The program `accelerator_report.py --checks=speculative` compiles: k = 4 prompt-lookup
+    drafts verified a step, attention of several queries a row over the page pairs (the XLA
+    path, so no paged kernel in it), SmolLM2's head dim."""
+    graphdef, state, cfg = _model(head_dim=64)
+    with traced_for(backend):
+        weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
+        kv = jax.eval_shape(lambda: init_paged_kv(cfg, PAGES, PAGE_SIZE))
+        text = lowered_text(pm.decode_jit, graphdef, weights, kv, *_decode_args(ROWS),
+                            _i32(ROWS, 512), platform=platform, num_steps=4, top_k=0,
+                            use_filter=False, attention_impl="pallas", speculative_tokens=4)
+    assert custom_call not in text
+    assert "tensor<8x20xi32>" in text  # num_steps x (k + 1) tokens a row come back
