@@ -78,8 +78,9 @@ def engine(model, prompts, stops, cap: int, cfg: EngineConfig) -> int:
                                  stop_tokens=stops, engine_config=cfg)))
 
 
-def engine_stats(model, prompts, stops, cap: int, cfg: EngineConfig) -> dict[str, float]:
-    """The engine's statistics for one run of the workload."""
+def engine_run(model, prompts, stops, cap: int, cfg: EngineConfig):
+    """One engine run of the workload, request i keyed by split(key(0))[i] as `generate`
+    keys it: (the engine's `EngineStats`, each request's sampled tokens by index)."""
     from agentic_jax.rollout.engine import Engine, Request
 
     cfg = dataclasses.replace(cfg, max_seq_len=max(map(len, prompts)) + cap)
@@ -87,8 +88,13 @@ def engine_stats(model, prompts, stops, cap: int, cfg: EngineConfig) -> dict[str
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
     for i, p in enumerate(prompts):
         eng.submit(Request(i, tuple(p), cap, keys[i], stop_tokens=tuple(stops)))
-    eng.run()
-    return eng.stats.as_dict()
+    tokens = {e.request_id: tuple(e.tokens) for e in eng.run()}
+    return eng.stats, tokens
+
+
+def engine_stats(model, prompts, stops, cap: int, cfg: EngineConfig) -> dict[str, float]:
+    """The engine's statistics for one run of the workload."""
+    return engine_run(model, prompts, stops, cap, cfg)[0].as_dict()
 
 
 def greedy_agreement(hf, model, prompts, new_tokens: int) -> float:

@@ -221,7 +221,6 @@ def test_against_report_compares_ours_with_the_baseline():
     assert "time_engine_rented_calls" in bench.ENGINE_KEYS   # kept from the loop's metrics
 
 
-
 def test_the_sample_digest_sees_a_token_and_a_log_prob_bit():
     from types import SimpleNamespace as Episode
 
