@@ -173,6 +173,10 @@ def _default() -> ml_collections.ConfigDict:
     # prefill chunks cut to what is left (EngineConfig.step_tokens; must exceed num_slots x
     # (1 + speculative_tokens)). 0: 2048, or more where the slots need it.
     c.rollout.step_tokens = 0
+    # > 0: a prefill chunk of up to this many tokens runs in the first step of a decode round
+    # trip, in one forward with the running rows (EngineConfig.mixed_prefill: vLLM's mixed
+    # batches, one pass over the weights for both). 0: prefill calls of their own.
+    c.rollout.mixed_prefill = 0
     c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
     # What the engine computes and keeps its KV cache in: auto (model.dtype) | bfloat16 (a
     # float32 policy sampled in bfloat16: a SmolLM2-135M decode step 83 -> 51 ms on CPU; the

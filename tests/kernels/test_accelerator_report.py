@@ -21,15 +21,17 @@ def test_dry_run_writes_every_check(tmp_path):
     report = json.loads((tmp_path / "accelerator_report.json").read_text())
     checks = [r["check"] for r in report["rows"]]
     assert checks == ["paged decode step", "flash attention fwd+bwd", "train step MFU",
-                      "speculative decoding", "serving latency"]
+                      "speculative decoding", "serving latency, prefill calls",
+                      "serving latency, mixed_prefill=256"]
     assert all(r["value"] != "failed" for r in report["rows"]), report["rows"]
     assert "of 4800 GB/s HBM roofline" in report["rows"][0]["vs"]
-    speculative, serving = report["rows"][3:]
+    speculative, serving, mixed = report["rows"][3:]
     assert "the same tokens in 4 of 4 requests" in speculative["value"]
     assert "x plain decoding" in speculative["vs"]
     assert "p99" in serving["value"] and "x alone" in serving["vs"]
+    assert "x lower than with prefill calls" in mixed["vs"]
     table = (tmp_path / "accelerator_report.md").read_text()
-    assert table.count("\n| ") == 6 and "serving latency" in table
+    assert table.count("\n| ") == 7 and "serving latency" in table
 
 
 def test_refuses_a_cpu_run_without_dry_run(tmp_path):
@@ -55,7 +57,8 @@ def test_model_checks_run_on_a_cpu_and_report_a_model_they_cannot_load(tmp_path)
 
 @pytest.mark.parametrize("flag, message", [("--checks=speculative,nope", "unknown ['nope']"),
                                            ("--speculative_tokens=0", "must be >= 1"),
-                                           ("--clients=0", "must be >= 1")])
+                                           ("--clients=0", "must be >= 1"),
+                                           ("--mixed_prefill=0", "must be >= 1")])
 def test_bad_flags_are_refused(monkeypatch, capsys, flag, message):
     monkeypatch.syspath_prepend(str(_REPO / "tools"))
     import accelerator_report

@@ -13,7 +13,7 @@ from agentic_jax.kernels.paged_attention import PagePairs
 from agentic_jax.models import Transformer, get_preset
 from agentic_jax.parallel import make_mesh, param_shardings
 from agentic_jax.rollout.engine import paged_model as pm
-from agentic_jax.rollout.engine.paged_kv import init_paged_kv
+from agentic_jax.rollout.engine.paged_kv import ChunkRows, init_paged_kv
 from tests.kernels.lowering import ACCELERATORS, abstract, lowered_text, traced_for
 
 ROWS, CHUNK, TABLE, PAGES, PAGE_SIZE, PAIRS = 8, 16, 8, 64, 16, 64
@@ -111,3 +111,20 @@ def test_speculative_decode_lowers(backend, platform, custom_call):
                             use_filter=False, attention_impl="pallas", speculative_tokens=4)
     assert custom_call not in text
     assert "tensor<8x20xi32>" in text  # num_steps x (k + 1) tokens a row come back
+
+
+@pytest.mark.parametrize("backend, platform, custom_call", ACCELERATORS)
+def test_mixed_prefill_decode_lowers(backend, platform, custom_call):
+    """A decode program with a prefill chunk in its first step (`EngineConfig.mixed_prefill`):
+    that step's decode rows read through the paged kernel and the chunk through the XLA
+    gather path, then the loop's steps as before."""
+    graphdef, state, cfg = _model(head_dim=128)
+    chunk = ChunkRows(_i32(1, CHUNK), _i32(1, CHUNK), jax.ShapeDtypeStruct((1, CHUNK), bool),
+                      _i32(1, TABLE))
+    with traced_for(backend):
+        weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
+        kv = jax.eval_shape(lambda: init_paged_kv(cfg, PAGES, PAGE_SIZE))
+        text = lowered_text(pm.decode_jit, graphdef, weights, kv, *_decode_args(ROWS), None,
+                            chunk, platform=platform, num_steps=4, top_k=0, use_filter=False,
+                            attention_impl="pallas")
+    assert text.count(custom_call) == 2  # the mixed first step's kernel and the loop's

@@ -24,18 +24,20 @@ def _compiled():
     return pm.decode_jit._cache_size(), pm.prefill_jit._cache_size()
 
 
-@pytest.mark.parametrize("prefix_caching, step_tokens, top_p",
-                         [(True, 2048, 1.0), (False, 2048, 1.0), (True, 19, 1.0),
-                          (True, 2048, 0.9)],
-                         ids=["prefix-cache", "no-cache", "chunks-cut-mid-page", "top-p"])
+@pytest.mark.parametrize("prefix_caching, step_tokens, top_p, mixed",
+                         [(True, 2048, 1.0, 0), (False, 2048, 1.0, 0), (True, 19, 1.0, 0),
+                          (True, 2048, 0.9, 0), (True, 19, 1.0, 16)],
+                         ids=["prefix-cache", "no-cache", "chunks-cut-mid-page", "top-p",
+                              "mixed-prefill"])
 def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, prefix_caching,
                                                                        step_tokens, top_p,
-                                                                       monkeypatch):
+                                                                       mixed, monkeypatch):
     # step_tokens 19 beside 12 slots: prefill chunks cut to what decode leaves start mid-page.
     # top_p < 1: the default sampling's programs filter the logits (warm-up compiles those).
+    # mixed: chunks ride with decode round trips (each decode program's mixed twin).
     cfg = EngineConfig(num_slots=12, page_size=8, max_seq_len=64, decode_steps=4,
                        prefill_chunk=24, prefill_rows=2, prefix_caching=prefix_caching,
-                       step_tokens=step_tokens,
+                       step_tokens=step_tokens, mixed_prefill=mixed,
                        sampling=SamplingParams(temperature=1.0, top_p=top_p))
     monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
     engine = Engine(model, cfg)
@@ -56,6 +58,7 @@ def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, pr
         events = engine.run()
         assert len(events) == count
     assert _compiled() == before
+    assert (engine.stats.mixed_calls > 0) == bool(mixed)
 
 
 def test_warmup_refuses_an_engine_with_requests(model):

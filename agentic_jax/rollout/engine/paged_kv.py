@@ -10,6 +10,7 @@ over it, with `PagedLayer` as their attention's key/value source.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +64,17 @@ def init_paged_kv(cfg: ModelConfig, num_pages: int, page_size: int,
     return jax.jit(zeros, out_shardings=NamedSharding(mesh, spec))()
 
 
+class ChunkRows(NamedTuple):
+    """Prefill chunks run in the same forward as a decode step (`forward_paged`'s ``chunk``,
+    vLLM's mixed batches): tokens / positions int32 [R, C], valid bool [R, C] (the rows' real
+    tokens), tables int32 [R, W] (each row's block table)."""
+
+    tokens: jax.Array
+    positions: jax.Array
+    valid: jax.Array
+    tables: jax.Array
+
+
 @dataclasses.dataclass(frozen=True)
 class PagedLayer:
     """One layer of the page pool as the attention's `KVStore` (`models.attention.KVStore`).
@@ -72,6 +84,10 @@ class PagedLayer:
     Attention reads the page ``pairs`` when given (XLA, cost by real length; a decode step,
     T == 1, or a speculative one, T > 1); else for a decode step with ``decode_impl``
     `paged_decode_attention`, and the block tables [B, W] for a chunk.
+
+    With ``chunk`` (`ChunkRows`) the layer's tokens are one flat row [1, N]: the decode step's
+    N - R * C rows, then the chunk rows' R * C tokens. All write their K/V first; the decode
+    rows then attend as above, the chunk's tokens over their own rows' block tables.
     """
 
     k: jax.Array
@@ -83,12 +99,34 @@ class PagedLayer:
     dtype: jnp.dtype
     pairs: PagePairs | None = None
     decode_impl: str | None = None
+    chunk: ChunkRows | None = None
 
     def attend(self, q: jax.Array, k: jax.Array, v: jax.Array,
                positions: jax.Array) -> tuple[jax.Array, PagedLayer]:
         k, v = as_bits(k.astype(self.dtype)), as_bits(v.astype(self.dtype))
         pool_k = self.k.at[self.layer, :, self.page, self.offset].set(k, mode="drop")
         pool_v = self.v.at[self.layer, :, self.page, self.offset].set(v, mode="drop")
+        if self.chunk is None:
+            out = self._read(q, positions, pool_k, pool_v)
+        else:
+            rows, width = self.chunk.tokens.shape
+            n, (heads, dim) = q.shape[1] - rows * width, q.shape[2:]
+            decoded = self._read(q[0, :n, None], positions[0, :n, None], pool_k, pool_v)
+            chunk = paged_attention_xla(
+                q[0, n:].reshape(rows, width, heads, dim), *self._layer(pool_k, pool_v),
+                self.chunk.tables, self.chunk.positions)
+            out = jnp.concatenate([decoded.reshape(1, n, heads, dim),
+                                   chunk.reshape(1, rows * width, heads, dim)], axis=1)
+        return out, dataclasses.replace(self, k=pool_k, v=pool_v)
+
+    def _layer(self, pool_k: jax.Array, pool_v: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """This layer's pages [Hkv, P, page_size, D] of K and V."""
+        return (jax.lax.dynamic_index_in_dim(pool_k, self.layer, keepdims=False),
+                jax.lax.dynamic_index_in_dim(pool_v, self.layer, keepdims=False))
+
+    def _read(self, q: jax.Array, positions: jax.Array, pool_k: jax.Array,
+              pool_v: jax.Array) -> jax.Array:
+        """q [B, T, Hq, D] at positions [B, T] over the pool -> [B, T, Hq, D]."""
         if self.pairs is not None and q.shape[1] > 1:
             out = ragged_multi_query_attention_xla(q, pool_k, pool_v, self.pairs, positions,
                                                    layer=self.layer)
@@ -96,30 +134,46 @@ class PagedLayer:
             out = ragged_decode_attention_xla(q[:, 0], pool_k, pool_v, self.pairs,
                                               positions[:, 0], layer=self.layer)[:, None]
         else:
-            layer_k = jax.lax.dynamic_index_in_dim(pool_k, self.layer, keepdims=False)
-            layer_v = jax.lax.dynamic_index_in_dim(pool_v, self.layer, keepdims=False)
+            layer_k, layer_v = self._layer(pool_k, pool_v)
             if self.decode_impl is None:
                 out = paged_attention_xla(q, layer_k, layer_v, self.block_tables, positions)
             else:
                 out = paged_decode_attention(q[:, 0], layer_k, layer_v, self.block_tables,
                                              positions[:, 0] + 1, impl=self.decode_impl)[:, None]
-        return out, dataclasses.replace(self, k=pool_k, v=pool_v)
+        return out
 
 
 def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
                   decode_impl: str | None = None, pairs: PagePairs | None = None,
-                  layers: tuple[tuple[jax.Array, ...], ...] | None = None):
+                  layers: tuple[tuple[jax.Array, ...], ...] | None = None,
+                  chunk: ChunkRows | None = None):
     """tokens / positions int32 [B, T], valid bool [B, T] -> (hidden [B, T, E], kv).
 
     The model's own blocks over the pool (`PagedLayer`): valid tokens write their K/V at their
     positions, invalid ones write nothing. The blocks' weights: ``layers``
     (`paged_model.EngineWeights.layers`, run unrolled) when given, else the model's stacked blocks in a
     scan, unpacked from `as_bits` one layer at a time.
+
+    ``chunk`` (`ChunkRows`, with a decode step: T == 1): prefill chunks whose tokens run in the
+    same forward, one pass over the weights for both (their K/V written, their hidden states
+    dropped); the result is the decode rows' alone.
     """
     cfg = model.cfg
     page_size, num_pages = kv.page_size, kv.num_pages
-    page = jnp.take_along_axis(block_tables, positions // page_size, axis=1)
-    page = jnp.where(valid, page, num_pages)            # out of range: the write is dropped
+
+    def pages(tables, positions, valid):   # out of range where invalid: the write is dropped
+        page = jnp.take_along_axis(tables, positions // page_size, axis=1)
+        return jnp.where(valid, page, num_pages)
+
+    page = pages(block_tables, positions, valid)
+    decode_shape = tokens.shape
+    if chunk is not None:
+        if decode_shape[1] != 1:
+            raise ValueError(f"forward_paged: a chunk rides with a decode step (one token a "
+                             f"row), not with {decode_shape[1]}")
+        flat = lambda a, b: jnp.concatenate([a.reshape(1, -1), b.reshape(1, -1)], axis=1)
+        page = flat(page, pages(chunk.tables, chunk.positions, chunk.valid))
+        tokens, positions = flat(tokens, chunk.tokens), flat(positions, chunk.positions)
     inv_freq = rope_inverse_frequencies(cfg)
     graphdef, block_state = nnx.split(model.blocks)
     leaves, treedef = jax.tree.flatten(block_state)
@@ -133,7 +187,7 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
         layer_leaves, layer = layer_inputs
         block = nnx.merge(graphdef, jax.tree.unflatten(treedef, map(from_bits, layer_leaves)))
         store = PagedLayer(pool_k, pool_v, layer, page, offset, block_tables, cfg.compute_dtype,
-                           pairs, decode_impl)
+                           pairs, decode_impl, chunk)
         x, store = block(x, positions, inv_freq, kv_store=store)
         return (x, store.k, store.v), None
 
@@ -148,4 +202,6 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
         for layer, layer_leaves in enumerate(layers):
             carry, _ = body(carry, (list(layer_leaves), layer))
         x, pool_k, pool_v = carry
+    if chunk is not None:
+        x = x[0, :decode_shape[0]].reshape(*decode_shape, -1)
     return model.final_norm(x), PagedKV(k=pool_k, v=pool_v)

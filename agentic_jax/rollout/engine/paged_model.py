@@ -24,7 +24,7 @@ from agentic_jax.kernels.paged_attention import PagePairs, as_bits, from_bits
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.layers import dense
 from agentic_jax.rollout.engine import speculative
-from agentic_jax.rollout.engine.paged_kv import PagedKV, forward_paged
+from agentic_jax.rollout.engine.paged_kv import ChunkRows, PagedKV, forward_paged
 from agentic_jax.rollout.sampling import sample_tokens, top_logprobs as top_k_logprobs
 
 
@@ -160,9 +160,10 @@ def _prefill(graphdef, weights: EngineWeights, kv: PagedKV, tokens, start, chunk
 
 
 def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, block_tables,
-            pairs: PagePairs, temperature, top_p, return_after, allowed=None, window=None, *,
-            num_steps: int, top_k: int, use_filter: bool, attention_impl: str,
-            top_logprobs: int = 0, speculative_tokens: int = 0, ngram: int = 3) -> DecodeOut:
+            pairs: PagePairs, temperature, top_p, return_after, allowed=None, window=None,
+            chunk: ChunkRows | None = None, *, num_steps: int, top_k: int, use_filter: bool,
+            attention_impl: str, top_logprobs: int = 0, speculative_tokens: int = 0,
+            ngram: int = 3) -> DecodeOut:
     """Up to ``num_steps`` decode steps of the live slots in one `lax.while_loop`.
 
     ``temperature`` / ``top_p``: float32 [S], each slot's own (see `sample_tokens`).
@@ -183,8 +184,14 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
     context tokens, `speculative.context_window`): each step verifies up to k prompt-lookup
     drafts a row (`speculative.decode_loop`; attention over ``pairs``) and emits 1..k+1
     tokens, the output holding num_steps * (k + 1) of them; not with ``allowed``.
+
+    ``chunk`` (`paged_kv.ChunkRows`): prefill chunks whose K/V the first step writes in the
+    same forward as the decode rows (vLLM's mixed batch: one pass over the weights for both);
+    not with speculation. Every live row decodes its first step before the loop's checks.
     """
     model, head = _merge(graphdef, weights), weights.head
+    if speculative_tokens and chunk is not None:
+        raise ValueError("decode: a prefill chunk does not ride with speculative steps")
     if speculative_tokens:
         def forward(tokens, positions, valid, kv):
             hidden, kv = forward_paged(model, tokens, positions, valid, kv, block_tables,
@@ -210,12 +217,12 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
         step, _, st, _, _, _, _, _, ended = carry[:9]
         return (step < num_steps) & jnp.any(st.live) & (ended < return_after)
 
-    def body(carry):
+    def body(carry, chunk=None):
         step, kv, st, toks, lps, vals, count, stopped, ended = carry[:9]
         hidden, kv = forward_paged(model, st.last_token[:, None], st.length[:, None],
                                    st.live[:, None], kv, block_tables,
                                    decode_impl=attention_impl, pairs=use_pairs,
-                                   layers=weights.layers)
+                                   layers=weights.layers, chunk=chunk)
         logits = _head_logits(model, head, hidden)[:, 0]
         values = _head_values(model, hidden)[:, 0]
         keys = jax.vmap(jax.random.fold_in)(jax.random.wrap_key_data(st.keys), st.length + 1)
@@ -239,6 +246,8 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
                     top_ids.at[:, step].set(jnp.where(live[:, None], step_ids, 0)))
         return out
 
+    if chunk is not None:
+        init = body(init, chunk)
     carry = jax.lax.while_loop(cond, body, init)
     step, kv, slots, toks, lps, vals, count, stopped, _ = carry[:9]
     return DecodeOut(toks, lps, vals, count, stopped, step, slots, kv, *carry[9:])

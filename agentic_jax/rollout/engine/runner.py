@@ -19,7 +19,7 @@ from agentic_jax.models import ModelConfig
 from agentic_jax.rollout.constrain import batch_bitmasks
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.layer_arrays import choose_layer_arrays
-from agentic_jax.rollout.engine.paged_kv import PagedKV, init_paged_kv
+from agentic_jax.rollout.engine.paged_kv import ChunkRows, PagedKV, init_paged_kv
 from agentic_jax.rollout.engine.program_reuse import ProgramReuse
 from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk
 from agentic_jax.rollout.engine.sequences import Seq
@@ -188,7 +188,7 @@ class ModelRunner:
         self.params = params
         self.num_slots, self.page_size = cfg.num_slots, cfg.page_size
         self.decode_steps, self.prefill_rows = cfg.decode_steps, cfg.prefill_rows
-        self.prefill_chunk = cfg.prefill_chunk
+        self.prefill_chunk, self.mixed_prefill = cfg.prefill_chunk, cfg.mixed_prefill
         self.speculative_tokens, self.ngram = cfg.speculative_tokens, cfg.speculative_ngram
         self.num_pages, self.max_pages = num_pages, max_pages
         self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
@@ -304,7 +304,9 @@ class ModelRunner:
         MAP_WATCH.after_call(self.kv)
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
-               sampling: SamplingParams) -> DecodeResult:
+               sampling: SamplingParams, chunk: PrefillChunk | None = None) -> DecodeResult:
+        """One decode round trip (`runner_api.Runner.decode`); ``chunk``: a prefill chunk of
+        at most ``mixed_prefill`` tokens written in the first step's forward."""
         # The running slots are packed into the first rows of a batch of `row_buckets` rows
         # (or of a larger compiled program's, `program_reuse`): when the tail of a rollout
         # leaves few slots running, a step costs what they need, not what num_slots would.
@@ -332,6 +334,11 @@ class ModelRunner:
         # does not compile another program.
         stop_cols = _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)
         program = _program_key(statics, constrained, stop_cols, running[0].key_data.shape)
+        if chunk is not None:
+            if spec or constrained:
+                raise ValueError("rollout engine: a prefill chunk rides only with plain "
+                                 "decode steps (no drafts, no code constraint)")
+            program += (("mixed", self.mixed_prefill),)
         wanted = (sizes[at], self._pairs_width(running))
         self._forget_dropped_programs()
         # A speculative step's padded rows moved a log-prob by an ulp: it runs its own shape.
@@ -357,7 +364,7 @@ class ModelRunner:
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
             self._pairs(running, n, width), temperature, top_p, jnp.int32(return_after),
-            allowed, window, **statics)
+            allowed, window, None if chunk is None else self._chunk_rows(chunk), **statics)
         self.kv = out.kv
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
@@ -368,6 +375,25 @@ class ModelRunner:
                       compile_s=self._compile_count.seconds - compiled_before)
         MAP_WATCH.after_call(self.kv)
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
+
+    def _chunk_rows(self, chunk: PrefillChunk | None) -> ChunkRows:
+        """A prefill chunk as the decode program's mixed step takes it: one row of
+        ``mixed_prefill`` tokens (padded; None: none valid) and a full block table, so each
+        decode shape has one mixed twin."""
+        width = self.mixed_prefill
+        tokens, start = ([], 0) if chunk is None else (chunk.tokens, chunk.start)
+        if len(tokens) > width:
+            raise ValueError(f"rollout engine: a mixed prefill chunk of {len(tokens)} tokens "
+                             f"exceeds mixed_prefill={width}")
+        row = np.zeros((1, width), np.int32)
+        row[0, :len(tokens)] = tokens
+        table = np.zeros((1, self.max_pages), np.int32)
+        if chunk is not None:
+            used = chunk.pages[:self.max_pages]
+            table[0, :len(used)] = used
+        positions = (start + np.arange(width, dtype=np.int32))[None]
+        valid = (np.arange(width) < len(tokens))[None]
+        return ChunkRows(row, positions, valid, table)
 
     def _decode_statics(self, constrained: bool, use_filter: bool, wants_tops: bool,
                         sampling: SamplingParams) -> dict[str, Any]:
@@ -389,7 +415,7 @@ class ModelRunner:
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
         """Compiles the decode program of every batch size and attention width, and the
         prefill program of every chunk shape, that contexts of up to ``max_context`` positions
-        can reach, so a server's requests never wait on a compilation (the first 32-client
+        can reach (with ``mixed_prefill``, each decode program's mixed twin too), so a server's requests never wait on a compilation (the first 32-client
         minutes of serving the tiny model otherwise compiled 11 decode and 8 prefill programs,
         1-2 s each, while requests waited). The programs of the default sampling, without
         top log-probs or a code constraint; other variants compile when first asked for.
@@ -422,11 +448,24 @@ class ModelRunner:
                     np.zeros((n, self.max_pages), np.int32), pairs,
                     np.full(n, sampling.temperature, np.float32),
                     np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
-                    context_window([], n) if spec else None, **statics)
+                    context_window([], n) if spec else None, None, **statics)
                 self.kv = out.kv
                 n_programs += 1
                 if self.reuse is not None:
                     self.reuse.add_compiled(program, (n, m))
+                if self.mixed_prefill and not spec:   # its twin, an invalid chunk
+                    if not room.left(n_programs):
+                        return n_programs
+                    self.kv = pm.decode_jit(
+                        self.graphdef, self._weights, self.kv, slots,
+                        np.zeros((n, self.max_pages), np.int32), pairs,
+                        np.full(n, sampling.temperature, np.float32),
+                        np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None, None,
+                        self._chunk_rows(None), **statics).kv
+                    n_programs += 1
+                    if self.reuse is not None:
+                        self.reuse.add_compiled(program + (("mixed", self.mixed_prefill),),
+                                                (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.

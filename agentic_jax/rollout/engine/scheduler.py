@@ -15,7 +15,7 @@ import time
 
 from agentic_jax.rollout.engine.page_manager import choose_victim, prefill_chunks
 from agentic_jax.rollout.engine.pages import PagePool
-from agentic_jax.rollout.engine.runner_api import DecodeResult, Runner
+from agentic_jax.rollout.engine.runner_api import DecodeResult, PrefillChunk, Runner
 from agentic_jax.rollout.engine.sequences import PREFILL, RUNNING, Prefix, Seq
 from agentic_jax.rollout.engine.slot_table import SlotTable
 from agentic_jax.rollout.engine.types import EngineConfig, Event, Request, SamplingParams
@@ -65,14 +65,19 @@ class Scheduler(SlotTable):
         sequences that left a slot."""
         self._admit()
         full = self._prefill_budget()
-        budget = self._prefill_within(full)
-        if self.pages.cache is not None and self.waiting and None in self.slots:
-            # Requests held back while another slot prefilled their first page now read it
-            # from the cache.
-            self._admit()
-            budget = self._prefill_within(budget)
-        prefilled = budget < full
-        decoded = self._run_decode()
+        if self._mixes():
+            # The chunk rides with the round trip's first step (`EngineConfig.mixed_prefill`).
+            decoded = self._run_decode(chunk_budget=min(full, self.cfg.mixed_prefill))
+            prefilled = decoded
+        else:
+            budget = self._prefill_within(full)
+            if self.pages.cache is not None and self.waiting and None in self.slots:
+                # Requests held back while another slot prefilled their first page now read
+                # it from the cache.
+                self._admit()
+                budget = self._prefill_within(budget)
+            prefilled = budget < full
+            decoded = self._run_decode()
         if not (prefilled or decoded) and self._any_slotted():
             # Slotted sequences wait for pages that others hold (a fork's copy page).
             victim = choose_victim(self.seqs.values())
@@ -86,6 +91,13 @@ class Scheduler(SlotTable):
         self.pages.cached_tokens = 0
         self.stats.pages_in_use_sum += self.pages.pool.in_use
         return events
+
+    def _mixes(self) -> bool:
+        """Whether this step's prefill rides with its decode round trip: ``mixed_prefill`` on,
+        rows running, none of them under a code constraint (one-step round trips)."""
+        running = self._running()
+        return bool(self.cfg.mixed_prefill and running
+                    and all(s.matcher is None for s in running))
 
     def _prefill_budget(self) -> int:
         """Decode first: what the running rows' next decode step leaves of ``step_tokens``
@@ -163,16 +175,31 @@ class Scheduler(SlotTable):
         """One chunk for up to prefill_rows contexts, ``budget`` tokens at most; returns the
         tokens written (0: none)."""
         t0 = time.perf_counter()
-        for seq in self.slots:  # a fork that found no page for its copy tries again
-            if seq is not None and seq.state == PREFILL and seq.prefix is not None:
-                self._start_if_ready(seq)
-        self._flush_copies()
-        jobs = prefill_chunks(self.slots, self.cfg.prefill_chunk, self.cfg.prefill_rows, budget)
+        jobs = self._prefill_jobs(self.cfg.prefill_chunk, self.cfg.prefill_rows, budget)
         if not jobs:
             self.stats.prefill_s += time.perf_counter() - t0
             self._count_compiles()
             return 0
         self.runner.prefill([chunk for _, chunk in jobs])
+        written = self._wrote(jobs)
+        self.stats.prefill_calls += 1
+        self.stats.prefill_s += time.perf_counter() - t0
+        self._count_compiles()
+        return written
+
+    def _prefill_jobs(self, chunk_size: int, rows: int, budget: int
+                      ) -> list[tuple[Prefix | Seq, PrefillChunk]]:
+        """The next prefill chunks (`prefill_chunks`), once forks that found no page for their
+        copy tried again and pending page copies ran."""
+        for seq in self.slots:  # a fork that found no page for its copy tries again
+            if seq is not None and seq.state == PREFILL and seq.prefix is not None:
+                self._start_if_ready(seq)
+        self._flush_copies()
+        return prefill_chunks(self.slots, chunk_size, rows, budget)
+
+    def _wrote(self, jobs: list[tuple[Prefix | Seq, PrefillChunk]]) -> int:
+        """Books the chunks the runner wrote; the slots whose context is complete start
+        decoding. Returns the tokens written."""
         for target, chunk in jobs:
             if isinstance(target, Prefix):
                 target.written += len(chunk.tokens)
@@ -184,10 +211,7 @@ class Scheduler(SlotTable):
                 self._start_if_ready(seq)
         self._flush_copies()
         written = sum(len(chunk.tokens) for _, chunk in jobs)
-        self.stats.prefill_calls += 1
         self.stats.prefill_tokens += written
-        self.stats.prefill_s += time.perf_counter() - t0
-        self._count_compiles()
         return written
 
     def _count_compiles(self) -> None:
@@ -224,15 +248,23 @@ class Scheduler(SlotTable):
                 self._preempt(victim)
         return self._running()
 
-    def _run_decode(self) -> bool:
-        """One decode round trip of the running slots; False when none was running."""
+    def _run_decode(self, chunk_budget: int = 0) -> bool:
+        """One decode round trip of the running slots, with ``chunk_budget`` > 0 the next
+        prefill chunk (one context's, at most that many tokens) in its first step; False when
+        none was running."""
         running = self._ensure_decode_pages()
         if not running:
             return False
         t0 = time.perf_counter()
+        # Chosen after the pages: making room for the running rows may preempt a prefill.
+        jobs = self._prefill_jobs(chunk_budget, 1, chunk_budget) if chunk_budget > 0 else []
+        kwargs = {"chunk": jobs[0][1]} if jobs else {}
         out = self.runner.decode(running, stop_width=self._stop_width,
                                  return_early=bool(self.waiting) or self.return_on_finish,
-                                 sampling=self.cfg.sampling)
+                                 sampling=self.cfg.sampling, **kwargs)
+        if jobs:
+            self._wrote(jobs)
+            self.stats.mixed_calls += 1
         self.stats.decode_calls += 1
         self.stats.slot_steps += out.steps * self.cfg.num_slots
         self.stats.row_steps += out.steps * out.rows

@@ -67,6 +67,12 @@ class EngineConfig:
       while others decode is written over several steps instead of holding every running row
       behind one long prefill. It must exceed num_slots x (1 + speculative_tokens), so
       prefill always has room; a step with none running prefills up to the whole budget.
+    mixed_prefill: > 0 runs a prefill chunk of up to this many tokens (one context's, cut to
+      the step's budget) in the first step of a decode round trip, in the same forward as the
+      running rows (vLLM's mixed batches: one pass over the weights for both), instead of in
+      a prefill call of its own before the round trip; a step with no running row prefills
+      as before. 0 (the default): off. Not with speculative_tokens. Each decode program then
+      has a mixed twin (one more compilation a shape; `Engine.warmup` compiles both).
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
     dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
       "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
@@ -120,6 +126,7 @@ class EngineConfig:
     prefill_chunk: int = 256
     prefill_rows: int = 4
     step_tokens: int = 2048
+    mixed_prefill: int = 0
     attention_impl: str = "auto"
     dtype: str = "auto"
     sampling: SamplingParams = SamplingParams()
@@ -139,6 +146,11 @@ class EngineConfig:
             raise ValueError(f"step_tokens must exceed what the decode slots take of a step, "
                              f"num_slots x (1 + speculative_tokens) = {decode_tokens}, so that "
                              f"prefill always has room; got {self.step_tokens}")
+        if self.mixed_prefill < 0:
+            raise ValueError(f"mixed_prefill must be >= 0, got {self.mixed_prefill}")
+        if self.mixed_prefill and self.speculative_tokens:
+            raise ValueError("mixed_prefill: a prefill chunk does not ride with speculative "
+                             "steps; set mixed_prefill or speculative_tokens, not both")
         if self.kv_pages is not None and self.kv_cache_mb is not None:
             raise ValueError("kv_pages: give kv_pages or kv_cache_mb, not both")
         if self.kv_pages is not None and self.kv_pages <= 0:
@@ -243,7 +255,9 @@ class EngineStats:
     compile_s: device calls that compiled a program (or loaded it from the persistent compile
     cache) and their seconds, which prefill_s and decode_s include (a page copy's among the
     prefill's); rented_calls: decode round trips run on a larger compiled program while their
-    own was not worth compiling yet (`EngineConfig.reuse_programs`)."""
+    own was not worth compiling yet (`EngineConfig.reuse_programs`); mixed_calls: round trips
+    whose first step also wrote a prefill chunk (`EngineConfig.mixed_prefill`; its tokens are
+    in prefill_tokens, its seconds in decode_s)."""
 
     pool_pages: int
     page_bytes: int
@@ -263,6 +277,7 @@ class EngineStats:
     cached_tokens: int = 0  # context positions read from the prefix cache, not prefilled
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    mixed_calls: int = 0  # decode round trips that also prefilled a chunk (`mixed_prefill`)
     prefill_s: float = 0.0
     decode_s: float = 0.0
     compiles: int = 0
@@ -276,7 +291,7 @@ class EngineStats:
     COUNTS = ("slot_steps", "row_steps", "token_steps", "decode_calls", "prefill_calls",
               "prefill_tokens", "steps", "pages_in_use_sum", "preemptions", "prefix_hits",
               "cached_tokens", "drafted_tokens", "accepted_tokens", "prefill_s", "decode_s",
-              "compiles", "compile_s", "rented_calls")
+              "compiles", "compile_s", "rented_calls", "mixed_calls")
 
     def fold(self, later: EngineStats) -> None:
         """Folds in the counters of a later span of the same engine (its `reset_stats` between
@@ -307,7 +322,8 @@ class EngineStats:
             "engine_spec_accepted": float(self.accepted_tokens),
             "engine_spec_acceptance": self.acceptance_rate,
             "engine_tokens_per_step": self.token_steps / max(self.row_steps, 1)}
-        return spec | {"engine_slot_utilisation": self.slot_utilisation,
+        mixed = {"engine_mixed_calls": float(self.mixed_calls)} if self.mixed_calls else {}
+        return spec | mixed | {"engine_slot_utilisation": self.slot_utilisation,
                 "engine_pages_in_use_mean": self.pages_in_use_sum / max(self.steps, 1),
                 "engine_pages_peak": float(self.pages_peak),
                 "engine_pages_pool": float(self.pool_pages),
