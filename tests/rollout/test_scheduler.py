@@ -36,6 +36,7 @@ class ScriptedRunner:
         self.prefilled: list[list[int]] = []      # the tokens of each prefill chunk
         self.copies: list[tuple[int, int]] = []
         self.decode_batches: list[list] = []      # request ids of each decode call
+        self.mixed: list[list[list[int]]] = []   # the chunks that rode with each decode call
 
     def key_data(self, key):
         return np.asarray(key, np.uint32)
@@ -59,7 +60,10 @@ class ScriptedRunner:
             for j, token in enumerate(chunk.tokens):
                 self._write(chunk.pages, chunk.start + j, token)
 
-    def decode(self, running, *, stop_width, return_early, sampling):
+    def decode(self, running, *, stop_width, return_early, sampling, chunks=None):
+        if chunks:   # `EngineConfig.mixed_prefill`: written in the first step's forward
+            self.mixed.append([list(c.tokens) for c in chunks])
+            self.prefill(chunks)
         ps, rows = self.page_size, len(running)
         self.decode_batches.append([s.request.request_id for s in running])
         toks = np.zeros((rows, self.steps), np.int32)
@@ -479,3 +483,28 @@ def test_step_tokens_must_leave_prefill_room():
     with pytest.raises(ValueError, match=r"step_tokens must exceed .* = 40"):
         EngineConfig(num_slots=8, speculative_tokens=4, step_tokens=40)
     EngineConfig(num_slots=8, speculative_tokens=4, step_tokens=41)
+
+
+def test_mixed_prefill_chunks_ride_with_decode_first_admitted_first():
+    # Slot 1 frees and takes a later request while slot 2 still prefills an earlier one: the
+    # earlier one's chunks ride first, one context a round trip (prefill_rows=1), 3 tokens.
+    scheduler, runner = _scheduler(num_slots=3, mixed_prefill=3, prefill_rows=1)
+    long_prompt = list(range(20, 30))
+    scheduler.submit(_request(0, [5], new=40))          # decodes from the first step
+    scheduler.submit(_request(1, [6, 7], new=1))        # one token, then its slot frees
+    scheduler.submit(_request(2, long_prompt, new=2))
+    scheduler.step()
+    assert runner.mixed == [[[6]]]
+    scheduler.step()                                    # request 1 finishes
+    assert runner.mixed[-1] == [long_prompt[:3]]
+    scheduler.submit(_request(3, [40, 41, 42, 43], new=2))
+    scheduler.step()                                    # 3 takes slot 1, 2 prefills first
+    assert scheduler.slots[1].request.request_id == 3
+    assert runner.mixed[-1] == [long_prompt[3:6]]
+    events = _run(scheduler)
+    assert [m[0] for m in runner.mixed[3:]] == [long_prompt[6:9], [40, 41, 42]]
+    assert scheduler.stats.mixed_calls == len(runner.mixed) and scheduler.stats.prefill_calls == 0
+    assert {e.request_id: e.tokens for e in events} == {
+        0: _expected(0, [5], 40), 2: _expected(2, long_prompt, 2),
+        3: _expected(3, [40, 41, 42, 43], 2)}
+    _assert_empty(scheduler)

@@ -304,9 +304,11 @@ class ModelRunner:
         MAP_WATCH.after_call(self.kv)
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
-               sampling: SamplingParams, chunk: PrefillChunk | None = None) -> DecodeResult:
-        """One decode round trip (`runner_api.Runner.decode`); ``chunk``: a prefill chunk of
-        at most ``mixed_prefill`` tokens written in the first step's forward."""
+               sampling: SamplingParams, chunks: list[PrefillChunk] | None = None
+               ) -> DecodeResult:
+        """One decode round trip (`runner_api.Runner.decode`); ``chunks``: up to
+        ``prefill_rows`` prefill chunks of at most ``mixed_prefill`` tokens each, written in
+        the first step's forward."""
         # The running slots are packed into the first rows of a batch of `row_buckets` rows
         # (or of a larger compiled program's, `program_reuse`): when the tail of a rollout
         # leaves few slots running, a step costs what they need, not what num_slots would.
@@ -334,11 +336,13 @@ class ModelRunner:
         # does not compile another program.
         stop_cols = _bucket(max(stop_width, STOP_COLUMNS), 1 << 30)
         program = _program_key(statics, constrained, stop_cols, running[0].key_data.shape)
-        if chunk is not None:
+        chunk_rows = None
+        if chunks:
             if spec or constrained:
                 raise ValueError("rollout engine: a prefill chunk rides only with plain "
                                  "decode steps (no drafts, no code constraint)")
-            program += (("mixed", self.mixed_prefill),)
+            chunk_rows = self._chunk_rows(chunks)
+            program += (("mixed", *chunk_rows.tokens.shape),)
         wanted = (sizes[at], self._pairs_width(running))
         self._forget_dropped_programs()
         # A speculative step's padded rows moved a log-prob by an ulp: it runs its own shape.
@@ -364,7 +368,7 @@ class ModelRunner:
         out = self._call(
             pm.decode_jit, self.graphdef, self._weights, self.kv, slots, tables,
             self._pairs(running, n, width), temperature, top_p, jnp.int32(return_after),
-            allowed, window, None if chunk is None else self._chunk_rows(chunk), **statics)
+            allowed, window, chunk_rows, **statics)
         self.kv = out.kv
         got = jax.device_get((out.tokens, out.logprobs, out.values, out.count, out.stopped,
                               out.steps, out.top_logprobs, out.top_ids, out.drafted,
@@ -376,24 +380,27 @@ class ModelRunner:
         MAP_WATCH.after_call(self.kv)
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
 
-    def _chunk_rows(self, chunk: PrefillChunk | None) -> ChunkRows:
-        """A prefill chunk as the decode program's mixed step takes it: one row of
-        ``mixed_prefill`` tokens (padded; None: none valid) and a full block table, so each
-        decode shape has one mixed twin."""
+    def _chunk_rows(self, chunks: list[PrefillChunk], rows: int | None = None) -> ChunkRows:
+        """Prefill chunks as the decode program's mixed step takes them: a power of two of rows
+        (``rows``, default: the chunks' count rounded up, at most ``prefill_rows``) of
+        ``mixed_prefill`` tokens (padded, invalid) and full block tables, so each decode shape
+        has one mixed twin a row count."""
         width = self.mixed_prefill
-        tokens, start = ([], 0) if chunk is None else (chunk.tokens, chunk.start)
-        if len(tokens) > width:
-            raise ValueError(f"rollout engine: a mixed prefill chunk of {len(tokens)} tokens "
-                             f"exceeds mixed_prefill={width}")
-        row = np.zeros((1, width), np.int32)
-        row[0, :len(tokens)] = tokens
-        table = np.zeros((1, self.max_pages), np.int32)
-        if chunk is not None:
+        rows = rows or _bucket(len(chunks), self.prefill_rows)
+        if len(chunks) > rows or any(len(c.tokens) > width for c in chunks):
+            raise ValueError(f"rollout engine: {len(chunks)} mixed prefill chunks of "
+                             f"{[len(c.tokens) for c in chunks]} tokens exceed {rows} rows of "
+                             f"mixed_prefill={width}")
+        tokens = np.zeros((rows, width), np.int32)
+        tables = np.zeros((rows, self.max_pages), np.int32)
+        start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+        for r, chunk in enumerate(chunks):
+            tokens[r, :len(chunk.tokens)] = chunk.tokens
+            start[r], lens[r] = chunk.start, len(chunk.tokens)
             used = chunk.pages[:self.max_pages]
-            table[0, :len(used)] = used
-        positions = (start + np.arange(width, dtype=np.int32))[None]
-        valid = (np.arange(width) < len(tokens))[None]
-        return ChunkRows(row, positions, valid, table)
+            tables[r, :len(used)] = used
+        positions = start[:, None] + np.arange(width, dtype=np.int32)
+        return ChunkRows(tokens, positions, np.arange(width) < lens[:, None], tables)
 
     def _decode_statics(self, constrained: bool, use_filter: bool, wants_tops: bool,
                         sampling: SamplingParams) -> dict[str, Any]:
@@ -428,6 +435,8 @@ class ModelRunner:
         pages = min(self.max_pages,
                     -(-(max_context + self.decode_steps * (spec + 1)) // ps) + 1)
         n_programs = 0
+        mixed_rows = sorted({_bucket(k, self.prefill_rows) for k in
+                             range(1, self.prefill_rows + 1)}) if self.mixed_prefill else []
         # The programs `decode` runs for requests of the default sampling.
         statics = self._decode_statics(False, sampling.use_filter, False, sampling)
         key_shape = self.key_data(jax.random.key(0)).shape   # a request's key, as submitted
@@ -453,19 +462,20 @@ class ModelRunner:
                 n_programs += 1
                 if self.reuse is not None:
                     self.reuse.add_compiled(program, (n, m))
-                if self.mixed_prefill and not spec:   # its twin, an invalid chunk
+                for rows in (mixed_rows if not spec else ()):   # its twins, chunks invalid
                     if not room.left(n_programs):
                         return n_programs
+                    chunk_rows = self._chunk_rows([], rows)
                     self.kv = pm.decode_jit(
                         self.graphdef, self._weights, self.kv, slots,
                         np.zeros((n, self.max_pages), np.int32), pairs,
                         np.full(n, sampling.temperature, np.float32),
                         np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None, None,
-                        self._chunk_rows(None), **statics).kv
+                        chunk_rows, **statics).kv
                     n_programs += 1
                     if self.reuse is not None:
-                        self.reuse.add_compiled(program + (("mixed", self.mixed_prefill),),
-                                                (n, m))
+                        self.reuse.add_compiled(
+                            program + (("mixed", *chunk_rows.tokens.shape),), (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.

@@ -62,9 +62,10 @@ class Runner(Protocol):
         """Writes the K/V of each chunk's tokens into its pages."""
 
     def decode(self, running: list[Seq], *, stop_width: int, return_early: bool,
-               sampling: SamplingParams, chunk: PrefillChunk | None = None) -> DecodeResult:
+               sampling: SamplingParams, chunks: list[PrefillChunk] | None = None
+               ) -> DecodeResult:
         """One decode round trip of ``running`` (read, not changed); ``return_early``: stop
         when a row finishes (requests wait for its slot); ``sampling``: for requests that set
         none of their own; ``stop_width``: at least each row's stop + pause token count;
-        ``chunk`` (passed only with `EngineConfig.mixed_prefill`): a prefill chunk whose K/V
+        ``chunks`` (passed only with `EngineConfig.mixed_prefill`): prefill chunks whose K/V
         the round trip's first step writes."""

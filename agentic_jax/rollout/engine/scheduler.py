@@ -67,7 +67,7 @@ class Scheduler(SlotTable):
         full = self._prefill_budget()
         if self._mixes():
             # The chunk rides with the round trip's first step (`EngineConfig.mixed_prefill`).
-            decoded = self._run_decode(chunk_budget=min(full, self.cfg.mixed_prefill))
+            decoded = self._run_decode(chunk_budget=full)
             prefilled = decoded
         else:
             budget = self._prefill_within(full)
@@ -187,15 +187,19 @@ class Scheduler(SlotTable):
         self._count_compiles()
         return written
 
-    def _prefill_jobs(self, chunk_size: int, rows: int, budget: int
-                      ) -> list[tuple[Prefix | Seq, PrefillChunk]]:
-        """The next prefill chunks (`prefill_chunks`), once forks that found no page for their
-        copy tried again and pending page copies ran."""
+    def _prefill_jobs(self, chunk_size: int, rows: int, budget: int, *,
+                      first_come: bool = False) -> list[tuple[Prefix | Seq, PrefillChunk]]:
+        """The next prefill chunks (`prefill_chunks`: by slot, or with ``first_come`` by
+        admission), once forks that found no page for their copy tried again and pending page
+        copies ran."""
         for seq in self.slots:  # a fork that found no page for its copy tries again
             if seq is not None and seq.state == PREFILL and seq.prefix is not None:
                 self._start_if_ready(seq)
         self._flush_copies()
-        return prefill_chunks(self.slots, chunk_size, rows, budget)
+        slots = self.slots
+        if first_come:
+            slots = sorted((s for s in slots if s is not None), key=lambda s: s.order)
+        return prefill_chunks(slots, chunk_size, rows, budget)
 
     def _wrote(self, jobs: list[tuple[Prefix | Seq, PrefillChunk]]) -> int:
         """Books the chunks the runner wrote; the slots whose context is complete start
@@ -250,15 +254,17 @@ class Scheduler(SlotTable):
 
     def _run_decode(self, chunk_budget: int = 0) -> bool:
         """One decode round trip of the running slots, with ``chunk_budget`` > 0 the next
-        prefill chunk (one context's, at most that many tokens) in its first step; False when
-        none was running."""
+        prefill chunks in its first step (up to prefill_rows contexts, first come first, each
+        at most mixed_prefill tokens, together at most ``chunk_budget``); False when none was
+        running."""
         running = self._ensure_decode_pages()
         if not running:
             return False
         t0 = time.perf_counter()
         # Chosen after the pages: making room for the running rows may preempt a prefill.
-        jobs = self._prefill_jobs(chunk_budget, 1, chunk_budget) if chunk_budget > 0 else []
-        kwargs = {"chunk": jobs[0][1]} if jobs else {}
+        jobs = self._prefill_jobs(self.cfg.mixed_prefill, self.cfg.prefill_rows, chunk_budget,
+                                  first_come=True) if chunk_budget > 0 else []
+        kwargs = {"chunks": [chunk for _, chunk in jobs]} if jobs else {}
         out = self.runner.decode(running, stop_width=self._stop_width,
                                  return_early=bool(self.waiting) or self.return_on_finish,
                                  sampling=self.cfg.sampling, **kwargs)

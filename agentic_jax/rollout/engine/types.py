@@ -67,12 +67,14 @@ class EngineConfig:
       while others decode is written over several steps instead of holding every running row
       behind one long prefill. It must exceed num_slots x (1 + speculative_tokens), so
       prefill always has room; a step with none running prefills up to the whole budget.
-    mixed_prefill: > 0 runs a prefill chunk of up to this many tokens (one context's, cut to
-      the step's budget) in the first step of a decode round trip, in the same forward as the
-      running rows (vLLM's mixed batches: one pass over the weights for both), instead of in
-      a prefill call of its own before the round trip; a step with no running row prefills
-      as before. 0 (the default): off. Not with speculative_tokens. Each decode program then
-      has a mixed twin (one more compilation a shape; `Engine.warmup` compiles both).
+    mixed_prefill: > 0 runs prefill chunks in the first step of a decode round trip, in the
+      same forward as the running rows (vLLM's mixed batches: one pass over the weights for
+      both), instead of in prefill calls of their own before it: up to prefill_rows contexts,
+      first admitted first, each at most this many tokens, together within the step's budget.
+      A step with no running row prefills as before. 0 (the default): off. Not with
+      speculative_tokens. Each decode program then has a mixed twin for each row count (1, 2,
+      4, ... prefill_rows; `Engine.warmup` compiles them too); the twin's chunk rows are
+      padded to this width, work a CPU pays for.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
     dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
       "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
