@@ -9,27 +9,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_jax.models import ModelConfig, Transformer
 from agentic_jax.rollout.engine import EngineConfig
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.paged_kv import ChunkRows, forward_paged, init_paged_kv
 from agentic_jax.rollout.engine.runner import ModelRunner
-from tests.rollout.test_engine import PROMPTS, SHARED_START, _run
-
-CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                  num_heads=4, num_kv_heads=2, head_dim=8, value_head=True)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Transformer(CFG, rngs=nnx.Rngs(3))
-
-
-@pytest.fixture(scope="module")
-def baseline(model):
-    events, engine = _run(model, EngineConfig(num_slots=4, page_size=8))
-    assert engine.stats.mixed_calls == 0
-    return events
+from tests.rollout.test_engine import (  # noqa: F401  (the model and baseline fixtures)
+    CFG,
+    PROMPTS,
+    SHARED_START,
+    _run,
+    baseline,
+    model,
+)
 
 
 def _assert_same(events, expected):
