@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from agentic_jax.rollout.engine import EngineConfig
+from agentic_jax.rollout import SamplingParams
+from agentic_jax.rollout.engine import Engine, EngineConfig, Request
 from agentic_jax.rollout.engine import paged_model as pm
 from agentic_jax.rollout.engine.paged_kv import ChunkRows, forward_paged, init_paged_kv
 from agentic_jax.rollout.engine.runner import ModelRunner
@@ -17,6 +18,7 @@ from tests.rollout.test_engine import (  # noqa: F401  (the model and baseline f
     CFG,
     PROMPTS,
     SHARED_START,
+    _pause_after,
     _run,
     baseline,
     model,
@@ -137,3 +139,30 @@ def test_a_chunk_rides_only_with_one_token_decode_steps(model):
             jnp.zeros((2, 1), jnp.int32),
             chunk=ChunkRows(*(jnp.zeros((1, 2), t) for t in (jnp.int32, jnp.int32, bool)),
                             jnp.zeros((1, 1), jnp.int32))))
+
+
+def test_a_tool_output_rides_with_running_rows(model):
+    """A paused request resumed with a tool's output prefills it beside a running row: the
+    same tokens as without mixing."""
+    tool_output = [9, 8, 7, 6, 5, 4, 3]
+
+    def run(mixed: int):
+        engine = Engine(model, EngineConfig(num_slots=2, page_size=4, max_seq_len=120,
+                                            mixed_prefill=mixed, sampling=SamplingParams(1.0)))
+        engine.submit(Request("a", tuple(PROMPTS[4]), 60, jax.random.key(11),
+                              pause=_pause_after(6)))
+        engine.submit(Request("r", tuple(PROMPTS[6]), 80, jax.random.key(12)))
+        events = {}
+        while engine.has_work:
+            for event in engine.step():
+                if event.kind == "paused":
+                    engine.resume(event.request_id, tool_output)
+                else:
+                    events[event.request_id] = event
+        assert engine.pages_held == 0
+        return events, engine.stats
+
+    plain, _ = run(0)
+    mixed, stats = run(8)
+    _assert_same(mixed, plain)
+    assert stats.mixed_calls > 0
