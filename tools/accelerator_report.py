@@ -76,8 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--speculative_tokens", type=int, default=4)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--mixed_prefill", type=int, default=256,
-                        help="the serving check's second engine: prefill chunks of up to this "
-                             "many tokens in the decode steps' forward (EngineConfig.mixed_prefill)")
+                        help="the serving check's second engine: prefill chunks of up to "
+                             "this many tokens in the decode step's forward "
+                             "(EngineConfig.mixed_prefill)")
     parser.add_argument("--checks", default=",".join(CHECKS),
                         help="comma-separated subset of " + ",".join(CHECKS))
     args = parser.parse_args(argv)

@@ -100,7 +100,7 @@ def test_the_chunk_writes_the_kv_a_prefill_call_writes(model):
     context = jnp.asarray(rng.integers(2, 64, (2, 9)), jnp.int32)
     lens = jnp.asarray([6, 9], jnp.int32)
     kv = pm._prefill(graphdef, weights, kv, context, jnp.zeros(2, jnp.int32), lens, tables)
-    # A chunk of 7 tokens (5 valid) from position 3 of a third sequence, its first 3 written.
+    # A chunk of 5 tokens (4 valid) from position 3 of a third sequence, its first 3 written.
     chunk_tokens = jnp.asarray(rng.integers(2, 64, (1, 8)), jnp.int32)
     chunk_table = jnp.asarray([[8, 9, 10, 11]], jnp.int32)
     kv = pm._prefill(graphdef, weights, kv, chunk_tokens[:, :3], jnp.zeros(1, jnp.int32),

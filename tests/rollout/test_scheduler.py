@@ -508,3 +508,23 @@ def test_mixed_prefill_chunks_ride_with_decode_first_admitted_first():
         0: _expected(0, [5], 40), 2: _expected(2, long_prompt, 2),
         3: _expected(3, [40, 41, 42, 43], 2)}
     _assert_empty(scheduler)
+
+
+def test_a_fork_admitted_after_the_budget_is_spent_copies_its_page_before_decoding():
+    # With the prefix cache, the step's second admission forks a request from a complete
+    # prefix (a copy of its last, partial page) after prefill has spent the budget (9 beside
+    # 3 slots): the copy runs before the round trip reads the page (the scripted runner checks
+    # each decoding row's K/V).
+    scheduler, runner = _scheduler(num_slots=3, prefix_caching=True, prefill_rows=2,
+                                   step_tokens=9)
+    shared = [44, 43, 16, 17, 32, 25, 10, 18]
+    prompts = {0: shared, 1: shared, 2: shared + [46, 19, 46], 3: [24, 35, 18], 4: shared,
+               5: shared + [33, 10, 14, 14]}
+    budgets = {0: 6, 1: 6, 2: 5, 3: 1, 4: 4, 5: 1}
+    for rid, prompt in prompts.items():
+        scheduler.submit(_request(rid, prompt, new=budgets[rid]))
+    events = _run(scheduler)
+    assert runner.copies
+    assert {e.request_id: e.tokens for e in events} == {
+        rid: _expected(rid, prompts[rid], budgets[rid]) for rid in prompts}
+    _assert_only_cached(scheduler)

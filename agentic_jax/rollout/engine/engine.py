@@ -164,7 +164,8 @@ class Engine:
     def step(self) -> list[Event]:
         """Admits queued requests into free slots, runs prefill chunks (what the running
         rows leave of ``step_tokens``) and one decode round trip (up to ``decode_steps``
-        tokens per slot); returns the sequences that left a slot."""
+        tokens per slot; with ``mixed_prefill`` the chunks ride in a round trip of one step);
+        returns the sequences that left a slot."""
         return self.scheduler.step()
 
     def run(self) -> list[Event]:

@@ -151,8 +151,8 @@ def forward_paged(model, tokens, positions, valid, kv: PagedKV, block_tables, *,
 
     The model's own blocks over the pool (`PagedLayer`): valid tokens write their K/V at their
     positions, invalid ones write nothing. The blocks' weights: ``layers``
-    (`paged_model.EngineWeights.layers`, run unrolled) when given, else the model's stacked blocks in a
-    scan, unpacked from `as_bits` one layer at a time.
+    (`paged_model.EngineWeights.layers`, run unrolled) when given, else the model's stacked
+    blocks in a scan, unpacked from `as_bits` one layer at a time.
 
     ``chunk`` (`ChunkRows`, with a decode step: T == 1): prefill chunks whose tokens run in the
     same forward, one pass over the weights for both (their K/V written, their hidden states

@@ -308,7 +308,7 @@ class ModelRunner:
                ) -> DecodeResult:
         """One decode round trip (`runner_api.Runner.decode`); ``chunks``: up to
         ``prefill_rows`` prefill chunks of at most ``mixed_prefill`` tokens each, written in
-        the first step's forward."""
+        the first step's forward; such a round trip is that one step."""
         # The running slots are packed into the first rows of a batch of `row_buckets` rows
         # (or of a larger compiled program's, `program_reuse`): when the tail of a rollout
         # leaves few slots running, a step costs what they need, not what num_slots would.
@@ -343,6 +343,9 @@ class ModelRunner:
                                  "decode steps (no drafts, no code constraint)")
             chunk_rows = self._chunk_rows(chunks)
             program += (("mixed", *chunk_rows.tokens.shape),)
+            # One step, as vLLM schedules a forward at a time: a context the chunks complete
+            # decodes from the next round trip, and the next chunks ride with it.
+            return_after = 0
         wanted = (sizes[at], self._pairs_width(running))
         self._forget_dropped_programs()
         # A speculative step's padded rows moved a log-prob by an ulp: it runs its own shape.
@@ -381,8 +384,8 @@ class ModelRunner:
         return DecodeResult(*got[:5], int(got[5]), n, *got[6:], rented=(n, width) != wanted)
 
     def _chunk_rows(self, chunks: list[PrefillChunk], rows: int | None = None) -> ChunkRows:
-        """Prefill chunks as the decode program's mixed step takes them: a power of two of rows
-        (``rows``, default: the chunks' count rounded up, at most ``prefill_rows``) of
+        """Prefill chunks as the decode program's mixed step takes them: ``rows`` rows (default:
+        the chunks' count rounded up to a power of two, capped at ``prefill_rows``) of
         ``mixed_prefill`` tokens (padded, invalid) and full block tables, so each decode shape
         has one mixed twin a row count."""
         width = self.mixed_prefill
@@ -422,8 +425,8 @@ class ModelRunner:
     def warmup(self, max_context: int, sampling: SamplingParams) -> int:
         """Compiles the decode program of every batch size and attention width, and the
         prefill program of every chunk shape, that contexts of up to ``max_context`` positions
-        can reach (with ``mixed_prefill``, each decode program's mixed twin too), so a server's requests never wait on a compilation (the first 32-client
-        minutes of serving the tiny model otherwise compiled 11 decode and 8 prefill programs,
+        can reach (with ``mixed_prefill``, each decode program's mixed twins too), so a
+        server's requests never wait on a compilation (the first 32-client minutes of serving the tiny model otherwise compiled 11 decode and 8 prefill programs,
         1-2 s each, while requests waited). The programs of the default sampling, without
         top log-probs or a code constraint; other variants compile when first asked for.
         Every row is idle and every token invalid: nothing is written to the pool. Returns

@@ -61,8 +61,9 @@ class Scheduler(SlotTable):
 
     def step(self) -> list[Event]:
         """Admits queued requests into free slots, prefills into what the running rows leave
-        of the step's token budget (decode first), then one decode round trip; returns the
-        sequences that left a slot."""
+        of the step's token budget (decode first), then one decode round trip (with
+        ``mixed_prefill`` and rows running, the prefill chunks ride in its one step instead);
+        returns the sequences that left a slot."""
         self._admit()
         full = self._prefill_budget()
         if self._mixes():
@@ -261,6 +262,7 @@ class Scheduler(SlotTable):
         if not running:
             return False
         t0 = time.perf_counter()
+        self._flush_copies()   # a fork admitted with no prefill after it copies its page first
         # Chosen after the pages: making room for the running rows may preempt a prefill.
         jobs = self._prefill_jobs(self.cfg.mixed_prefill, self.cfg.prefill_rows, chunk_budget,
                                   first_come=True) if chunk_budget > 0 else []

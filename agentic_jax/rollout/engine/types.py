@@ -71,10 +71,12 @@ class EngineConfig:
       same forward as the running rows (vLLM's mixed batches: one pass over the weights for
       both), instead of in prefill calls of their own before it: up to prefill_rows contexts,
       first admitted first, each at most this many tokens, together within the step's budget.
-      A step with no running row prefills as before. 0 (the default): off. Not with
-      speculative_tokens. Each decode program then has a mixed twin for each row count (1, 2,
-      4, ... prefill_rows; `Engine.warmup` compiles them too); the twin's chunk rows are
-      padded to this width, work a CPU pays for.
+      Such a round trip is that one step (vLLM schedules a forward at a time): a context the
+      chunks complete decodes from the next. A step with no running row prefills as before.
+      0 (the default): off. Not with speculative_tokens. Each decode program then has a mixed
+      twin for each row count (1, 2, 4, ... capped at prefill_rows; `Engine.warmup` compiles
+      them too, each tracing the forward twice); the chunk rows are padded to this width and
+      attend over a full block table (max_seq_len), work a CPU pays for.
     attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
     dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
       "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
@@ -256,7 +258,7 @@ class EngineStats:
     drafted / accepted_tokens: speculative drafts verified and emitted. compiles /
     compile_s: device calls that compiled a program (or loaded it from the persistent compile
     cache) and their seconds, which prefill_s and decode_s include (a page copy's among the
-    prefill's); rented_calls: decode round trips run on a larger compiled program while their
+    prefill's, or with mixed_prefill the decode's); rented_calls: decode round trips run on a larger compiled program while their
     own was not worth compiling yet (`EngineConfig.reuse_programs`); mixed_calls: round trips
     whose first step also wrote a prefill chunk (`EngineConfig.mixed_prefill`; its tokens are
     in prefill_tokens, its seconds in decode_s)."""
