@@ -290,14 +290,7 @@ class ModelRunner:
         rows, width, table_w = self.prefill_shape(
             len(chunks), max(len(c.tokens) for c in chunks),
             max(-(-(c.start + len(c.tokens)) // ps) for c in chunks))
-        tokens = np.zeros((rows, width), np.int32)
-        start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-        tables = np.zeros((rows, table_w), np.int32)
-        for r, chunk in enumerate(chunks):
-            tokens[r, :len(chunk.tokens)], start[r], lens[r] = (chunk.tokens, chunk.start,
-                                                                len(chunk.tokens))
-            used = chunk.pages[:table_w]
-            tables[r, :len(used)] = used
+        tokens, start, lens, tables = _chunk_arrays(chunks, rows, width, table_w)
         self.kv = self._call(pm.prefill_jit, self.graphdef, self._weights, self.kv, tokens,
                              start, lens, tables)
         jax.block_until_ready(self.kv)
@@ -394,14 +387,7 @@ class ModelRunner:
             raise ValueError(f"rollout engine: {len(chunks)} mixed prefill chunks of "
                              f"{[len(c.tokens) for c in chunks]} tokens exceed {rows} rows of "
                              f"mixed_prefill={width}")
-        tokens = np.zeros((rows, width), np.int32)
-        tables = np.zeros((rows, self.max_pages), np.int32)
-        start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-        for r, chunk in enumerate(chunks):
-            tokens[r, :len(chunk.tokens)] = chunk.tokens
-            start[r], lens[r] = chunk.start, len(chunk.tokens)
-            used = chunk.pages[:self.max_pages]
-            tables[r, :len(used)] = used
+        tokens, start, lens, tables = _chunk_arrays(chunks, rows, width, self.max_pages)
         positions = start[:, None] + np.arange(width, dtype=np.int32)
         return ChunkRows(tokens, positions, np.arange(width) < lens[:, None], tables)
 
@@ -426,8 +412,9 @@ class ModelRunner:
         """Compiles the decode program of every batch size and attention width, and the
         prefill program of every chunk shape, that contexts of up to ``max_context`` positions
         can reach (with ``mixed_prefill``, each decode program's mixed twins too), so a
-        server's requests never wait on a compilation (the first 32-client minutes of serving the tiny model otherwise compiled 11 decode and 8 prefill programs,
-        1-2 s each, while requests waited). The programs of the default sampling, without
+        server's requests never wait on a compilation (the first 32-client minutes of serving
+        the tiny model otherwise compiled 11 decode and 8 prefill programs, 1-2 s each, while
+        requests waited). The programs of the default sampling, without
         top log-probs or a code constraint; other variants compile when first asked for.
         Every row is idle and every token invalid: nothing is written to the pool. Returns
         the number of programs run."""
@@ -455,30 +442,21 @@ class ModelRunner:
                     return n_programs
                 pairs = PagePairs(np.full(m, n, np.int32), np.zeros(m, np.int32),
                                   np.zeros(m, np.int32))
-                out = pm.decode_jit(
-                    self.graphdef, self._weights, self.kv, slots,
-                    np.zeros((n, self.max_pages), np.int32), pairs,
-                    np.full(n, sampling.temperature, np.float32),
-                    np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
-                    context_window([], n) if spec else None, None, **statics)
-                self.kv = out.kv
-                n_programs += 1
-                if self.reuse is not None:
-                    self.reuse.add_compiled(program, (n, m))
-                for rows in (mixed_rows if not spec else ()):   # its twins, chunks invalid
-                    if not room.left(n_programs):
+                # The plain program, then its mixed twins (chunks invalid).
+                for i, rows in enumerate([0] + mixed_rows):   # mixed: never with spec
+                    if i and not room.left(n_programs):
                         return n_programs
-                    chunk_rows = self._chunk_rows([], rows)
+                    chunk_rows = self._chunk_rows([], rows) if rows else None
                     self.kv = pm.decode_jit(
                         self.graphdef, self._weights, self.kv, slots,
                         np.zeros((n, self.max_pages), np.int32), pairs,
                         np.full(n, sampling.temperature, np.float32),
-                        np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None, None,
-                        chunk_rows, **statics).kv
+                        np.full(n, sampling.top_p, np.float32), jnp.int32(n + 1), None,
+                        context_window([], n) if spec else None, chunk_rows, **statics).kv
                     n_programs += 1
                     if self.reuse is not None:
-                        self.reuse.add_compiled(
-                            program + (("mixed", *chunk_rows.tokens.shape),), (n, m))
+                        self.reuse.add_compiled(program + (
+                            (("mixed", *chunk_rows.tokens.shape),) if rows else ()), (n, m))
         # A chunk of L tokens from position `start` (0, or a page boundary: after a prefix
         # found in the cache, or after an earlier chunk), in a call of any row count, as
         # `prefill_shape` pads it.
@@ -519,6 +497,21 @@ class ModelRunner:
             starts[at:at + k] = np.arange(k) * self.page_size
             at += k
         return PagePairs(rows, pages, starts)
+
+
+def _chunk_arrays(chunks: list[PrefillChunk], rows: int, width: int, table_w: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Chunks as fixed-shape rows: tokens int32 [rows, width] (padded with 0), start and lens
+    int32 [rows] (0 for padding rows), block tables int32 [rows, table_w]."""
+    tokens = np.zeros((rows, width), np.int32)
+    start, lens = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+    tables = np.zeros((rows, table_w), np.int32)
+    for r, chunk in enumerate(chunks):
+        tokens[r, :len(chunk.tokens)], start[r], lens[r] = (chunk.tokens, chunk.start,
+                                                            len(chunk.tokens))
+        used = chunk.pages[:table_w]
+        tables[r, :len(used)] = used
+    return tokens, start, lens, tables
 
 
 def _program_key(statics: dict[str, Any], constrained: bool, stop_columns: int,

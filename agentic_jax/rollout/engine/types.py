@@ -258,10 +258,11 @@ class EngineStats:
     drafted / accepted_tokens: speculative drafts verified and emitted. compiles /
     compile_s: device calls that compiled a program (or loaded it from the persistent compile
     cache) and their seconds, which prefill_s and decode_s include (a page copy's among the
-    prefill's, or with mixed_prefill the decode's); rented_calls: decode round trips run on a larger compiled program while their
-    own was not worth compiling yet (`EngineConfig.reuse_programs`); mixed_calls: round trips
-    whose first step also wrote a prefill chunk (`EngineConfig.mixed_prefill`; its tokens are
-    in prefill_tokens, its seconds in decode_s)."""
+    prefill's, or with mixed_prefill the decode's); rented_calls: decode round trips run on a
+    larger compiled program while their own was not worth compiling yet
+    (`EngineConfig.reuse_programs`); mixed_calls: round trips whose first step also wrote a
+    prefill chunk (`EngineConfig.mixed_prefill`; its tokens are in prefill_tokens, its seconds
+    in decode_s)."""
 
     pool_pages: int
     page_bytes: int
