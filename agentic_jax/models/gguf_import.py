@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentic_jax.errors import UserError
+from agentic_jax.utils.files import default_cache_dir
 
 # The architectures whose GGUF tensors map one to one onto ours.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -46,16 +47,6 @@ _GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
                    "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 # Bumped when the conversion's output changes, so old cache entries are not reused.
 _FORMAT_VERSION = 1
-
-
-def default_cache_dir() -> Path:
-    """The package's cache (models converted from GGUF in ``gguf/``, compiled programs in
-    ``xla/``): ``$AGENTIC_JAX_CACHE``, else ``$XDG_CACHE_HOME/agentic_jax``, else
-    ``~/.cache/agentic_jax``."""
-    if os.environ.get("AGENTIC_JAX_CACHE"):
-        return Path(os.environ["AGENTIC_JAX_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentic_jax"
 
 
 def gguf_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None
