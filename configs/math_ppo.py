@@ -177,7 +177,9 @@ def _default() -> ml_collections.ConfigDict:
     # trip, in one forward with the running rows (EngineConfig.mixed_prefill: vLLM's mixed
     # batches, one pass over the weights for both). 0: prefill calls of their own.
     c.rollout.mixed_prefill = 0
-    c.rollout.attention_impl = "auto"  # xla | pallas | auto (pallas on GPU/TPU)
+    # Decode attention: xla | pallas | native | auto (pallas on GPU/TPU; on CPU native, a
+    # compiled kernel reading the KV pages in place, where the C++ compiler builds it).
+    c.rollout.attention_impl = "auto"
     # What the engine computes and keeps its KV cache in: auto (model.dtype) | bfloat16 (a
     # float32 policy sampled in bfloat16: a SmolLM2-135M decode step 83 -> 51 ms on CPU; the
     # trainer recomputes log-probs in float32 and rl.is_level=auto then corrects the mismatch).

@@ -76,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv_fraction", type=float, default=0.35,
                         help="longtail: engine page pool as a fraction of a dense cache")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is kept")
+    parser.add_argument("--attention_baseline", type=int, choices=(0, 1), default=1,
+                        help="--model: also time the engine with XLA's decode attention in "
+                             "the same interleaved run, when its default is the native kernel")
     parser.add_argument("--torch_threads", type=int, default=2)
     parser.add_argument("--tool_loop", action="store_true",
                         help="measure the tool loop's accelerator idle fraction instead")

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import bench_clock
-from agentic_jax.rollout.engine import EngineConfig
+from agentic_jax.rollout.engine import Engine, EngineConfig
 from agentic_jax.rollout.engine.runner import choose_layer_arrays
 
 WORKLOADS = {"chat": dict(prompts=32, cap=128, slots=32),
@@ -169,7 +169,7 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
     stacked weights (its default), interleaved, best of 3 each."""
     from flax import nnx
 
-    from agentic_jax.rollout.engine import Engine, Request
+    from agentic_jax.rollout.engine import Request
 
     keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), len(prompts))))
 
@@ -189,14 +189,24 @@ def profile_decode(ours, prompts: list[list[int]], stops: list[int], gflops: flo
     cfgs = [EngineConfig(num_slots=32, page_size=16, decode_steps=steps,
                          max_seq_len=max(map(len, prompts)) + 4 * steps, layer_arrays=split)
             for split in ((True, False) if layer_arrays else (False,))]
+    impl = Engine(ours, cfgs[0]).runner.decode_impl
+    if impl != "xla":   # the default decode attention against the XLA path, same run
+        cfgs.append(dataclasses.replace(cfgs[0], attention_impl="xla"))
     for cfg in cfgs:
         engine_step(cfg)  # compiles; equal engines share its programs
     rounds = [[engine_step(cfg) for cfg in cfgs] for _ in range(3)]
-    (per_step, per_step_cpu), *stacked = [min(r[i] for r in rounds) for i in range(len(cfgs))]
-    if stacked:
+    (per_step, per_step_cpu), *others = [min(r[i] for r in rounds) for i in range(len(cfgs))]
+    if layer_arrays:
+        stacked = others.pop(0)
         print(f"engine decode step with layer_arrays {per_step * 1e3:.0f} ms, with the stacked "
-              f"weights {stacked[0][0] * 1e3:.0f} ms: "
-              f"{stacked[0][0] / per_step:.2f}x (interleaved, best of 3)", flush=True)
+              f"weights {stacked[0] * 1e3:.0f} ms: "
+              f"{stacked[0] / per_step:.2f}x (interleaved, best of 3)", flush=True)
+    if others:
+        (xla, xla_cpu), = others
+        print(f"engine decode step with {impl} attention {per_step * 1e3:.0f} ms "
+              f"({per_step_cpu * 1e3:.0f} CPU-ms), with XLA's {xla * 1e3:.0f} ms "
+              f"({xla_cpu * 1e3:.0f} CPU-ms): {xla / per_step:.2f}x wall, "
+              f"{xla_cpu / per_step_cpu:.2f}x CPU (interleaved, best of 3)", flush=True)
     # What a step of fewer rows costs (the engine's decode batches: 8, 12, 16, 24, 32 rows).
     by_rows = {}
     for rows in (8, 16, 24):
@@ -279,6 +289,11 @@ def run(args: argparse.Namespace) -> None:
             f"ours: engine {w['slots']} slots": functools.partial(lt.engine, ours, prompts,
                                                                   stops, cap, cfg),
         }
+        xla_cfg = dataclasses.replace(cfg, attention_impl="xla")
+        if args.attention_baseline and Engine(ours, cfg).runner.decode_impl != "xla":
+            # The default decode attention against the XLA path it replaced, same run.
+            fns[f"ours: engine {w['slots']} slots, XLA attention"] = functools.partial(
+                lt.engine, ours, prompts, stops, cap, xla_cfg)
         tokens = {}
         for label, fn in fns.items():
             start = time.perf_counter()

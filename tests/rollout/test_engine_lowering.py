@@ -50,7 +50,7 @@ def _decode_text(graphdef, weights, kv, platform: str) -> str:
 def test_prefill_decode_and_page_copies_lower(backend, platform, custom_call):
     graphdef, state, cfg = _model(head_dim=128)
     with traced_for(backend):
-        assert pm.resolve_decode_impl("auto") == "pallas"
+        assert pm.resolve_decode_impl("auto")[0] == "pallas"
         weights = jax.eval_shape(lambda s: pm.engine_weights(s, cfg), state)
         kv = jax.eval_shape(lambda: init_paged_kv(cfg, PAGES, PAGE_SIZE))
         # Nothing on an accelerator is held as CPU bfloat16 bit patterns (`as_bits`).

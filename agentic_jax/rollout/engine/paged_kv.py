@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding
 
+from agentic_jax.kernels import cpu_native
 from agentic_jax.kernels.paged_attention import (
     PagePairs,
     as_bits,
@@ -83,7 +84,8 @@ class PagedLayer:
     index. page / offset int32 [B, T]: where each token's K/V goes (page == P: nowhere).
     Attention reads the page ``pairs`` when given (XLA, cost by real length; a decode step,
     T == 1, or a speculative one, T > 1); else for a decode step with ``decode_impl``
-    `paged_decode_attention`, and the block tables [B, W] for a chunk.
+    "native" the CPU kernel (`kernels.cpu_native.paged_decode`, the pool read in place), with
+    another `paged_decode_attention`, and the block tables [B, W] for a chunk.
 
     With ``chunk`` (`ChunkRows`) the layer's tokens are one flat row [1, N]: the decode step's
     N - R * C rows, then the chunk rows' R * C tokens. All write their K/V first; the decode
@@ -106,12 +108,14 @@ class PagedLayer:
         k, v = as_bits(k.astype(self.dtype)), as_bits(v.astype(self.dtype))
         pool_k = self.k.at[self.layer, :, self.page, self.offset].set(k, mode="drop")
         pool_v = self.v.at[self.layer, :, self.page, self.offset].set(v, mode="drop")
+        num_pages = pool_k.shape[2]
         if self.chunk is None:
-            out = self._read(q, positions, pool_k, pool_v)
+            out = self._read(q, positions, self.page[:, 0] < num_pages, pool_k, pool_v)
         else:
             rows, width = self.chunk.tokens.shape
             n, (heads, dim) = q.shape[1] - rows * width, q.shape[2:]
-            decoded = self._read(q[0, :n, None], positions[0, :n, None], pool_k, pool_v)
+            decoded = self._read(q[0, :n, None], positions[0, :n, None],
+                                 self.page[0, :n] < num_pages, pool_k, pool_v)
             chunk = paged_attention_xla(
                 q[0, n:].reshape(rows, width, heads, dim), *self._layer(pool_k, pool_v),
                 self.chunk.tables, self.chunk.positions)
@@ -124,10 +128,16 @@ class PagedLayer:
         return (jax.lax.dynamic_index_in_dim(pool_k, self.layer, keepdims=False),
                 jax.lax.dynamic_index_in_dim(pool_v, self.layer, keepdims=False))
 
-    def _read(self, q: jax.Array, positions: jax.Array, pool_k: jax.Array,
+    def _read(self, q: jax.Array, positions: jax.Array, live: jax.Array, pool_k: jax.Array,
               pool_v: jax.Array) -> jax.Array:
-        """q [B, T, Hq, D] at positions [B, T] over the pool -> [B, T, Hq, D]."""
-        if self.pairs is not None and q.shape[1] > 1:
+        """q [B, T, Hq, D] at positions [B, T] over the pool -> [B, T, Hq, D]; live bool [B]:
+        the rows whose first token is valid (the native kernel skips the others)."""
+        if self.decode_impl == "native" and self.pairs is None and q.shape[1] == 1:
+            # The pool read in place, each row to its own length (`kernels.cpu_native`).
+            lengths = jnp.where(live, positions[:, 0] + 1, 0)
+            out = cpu_native.paged_decode(q[:, 0], pool_k, pool_v, self.layer,
+                                          self.block_tables, lengths)[:, None]
+        elif self.pairs is not None and q.shape[1] > 1:
             out = ragged_multi_query_attention_xla(q, pool_k, pool_v, self.pairs, positions,
                                                    layer=self.layer)
         elif self.pairs is not None:  # pages gathered from the whole pool: no layer slice copy

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from agentic_jax.kernels import cpu_native
 from agentic_jax.kernels.paged_attention import PagePairs, as_bits, from_bits
 from agentic_jax.models import ModelConfig
 from agentic_jax.models.layers import dense
@@ -140,11 +141,23 @@ class DecodeOut(NamedTuple):
     accepted: jax.Array | None = None
 
 
-def resolve_decode_impl(impl: str) -> str:
-    """"auto" -> "pallas" on GPU/TPU, "xla" elsewhere."""
-    if impl == "auto":
-        return "pallas" if jax.default_backend() in ("gpu", "cuda", "rocm", "tpu") else "xla"
-    return impl
+def resolve_decode_impl(impl: str, devices: int = 1) -> tuple[str, str]:
+    """(the decode attention, why) for an engine over ``devices`` devices: "auto" -> "pallas"
+    on GPU/TPU; on CPU "native" (`kernels.cpu_native`, the pool read in place) on one device
+    where the kernel builds, else "xla". "native" where it cannot run is a ValueError."""
+    backend = jax.default_backend()
+    if impl in ("auto", "native") and backend in ("gpu", "cuda", "rocm", "tpu"):
+        if impl == "native":
+            raise ValueError(f"attention_impl='native' is a CPU kernel; this is {backend}")
+        return "pallas", f"{backend}: the Pallas decode kernel"
+    if impl in ("auto", "native"):
+        ok, why = cpu_native.available()
+        if devices > 1:   # a custom call has no sharding rule: XLA would gather the pool
+            ok, why = False, f"the engine spans {devices} devices"
+        if not ok and impl == "native":
+            raise ValueError(f"attention_impl='native' cannot run here: {why}")
+        return ("native", why) if ok else ("xla", f"the native kernel is off: {why}")
+    return impl, "as configured"
 
 
 def _prefill(graphdef, weights: EngineWeights, kv: PagedKV, tokens, start, chunk_lens,
@@ -172,7 +185,7 @@ def _decode(graphdef, weights: EngineWeights, kv: PagedKV, slots: SlotState, blo
     unmasked program.
 
     Attention reads ``pairs`` (every page of every live slot, covering the whole round trip)
-    when ``attention_impl`` is "xla", the block tables otherwise.
+    when ``attention_impl`` is "xla" or with speculative steps, the block tables otherwise.
 
     A slot stops after a stop id or when its budget is spent. The loop ends early once
     ``return_after`` slots have stopped (so the host can refill them) or none is live.

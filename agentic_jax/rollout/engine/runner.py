@@ -191,7 +191,9 @@ class ModelRunner:
         self.prefill_chunk, self.mixed_prefill = cfg.prefill_chunk, cfg.mixed_prefill
         self.speculative_tokens, self.ngram = cfg.speculative_tokens, cfg.speculative_ngram
         self.num_pages, self.max_pages = num_pages, max_pages
-        self.decode_impl = pm.resolve_decode_impl(cfg.attention_impl)
+        self.decode_impl, why = pm.resolve_decode_impl(
+            cfg.attention_impl, 1 if mesh is None else mesh.size)
+        log.info("rollout engine: decode attention %s (%s)", self.decode_impl, why)
         self.row_buckets = _row_buckets(cfg.num_slots)
         self.mesh = mesh
         # Rent-or-buy over the compiled decode programs (`program_reuse`), on CPU: elsewhere
@@ -339,7 +341,7 @@ class ModelRunner:
             # One step, as vLLM schedules a forward at a time: a context the chunks complete
             # decodes from the next round trip, and the next chunks ride with it.
             return_after = 0
-        wanted = (sizes[at], self._pairs_width(running))
+        wanted = (sizes[at], self._pairs_width(running) if self._reads_pairs() else 1)
         self._forget_dropped_programs()
         # A speculative step's padded rows moved a log-prob by an ulp: it runs its own shape.
         reuse = None if spec else self.reuse
@@ -436,7 +438,8 @@ class ModelRunner:
             slots = pm.SlotState(*(np.zeros(n, np.int32) for _ in range(3)),
                                  np.zeros(n, bool), np.zeros((n, *key_shape), np.uint32),
                                  np.full((n, STOP_COLUMNS), -1, np.int32))
-            widths = sorted({max(64, _width_bucket(k)) for k in range(1, n * pages + 1)})
+            widths = (sorted({max(64, _width_bucket(k)) for k in range(1, n * pages + 1)})
+                      if self._reads_pairs() else [1])
             for m in widths:
                 if not room.left(n_programs):
                     return n_programs
@@ -478,6 +481,12 @@ class ModelRunner:
         jax.block_until_ready(self.kv)
         return n_programs
 
+    def _reads_pairs(self) -> bool:
+        """Whether decode attention reads the page-pair list (XLA on CPU, and speculative
+        steps); else it reads the block tables and the list is one unused pair, so that
+        programs differ by row count alone."""
+        return self.decode_impl == "xla" or bool(self.speculative_tokens)
+
     @staticmethod
     def _pairs_width(running: list[Seq]) -> int:
         """The page-pair list's width for ``running``: its pages padded to the next of 64, 96,
@@ -487,9 +496,12 @@ class ModelRunner:
 
     def _pairs(self, running: list[Seq], rows_in_batch: int, width: int) -> PagePairs:
         """(row, page, first position) for every page of the running sequences (row i is
-        running[i]), padded to ``width`` pairs with pairs of row ``rows_in_batch`` (none)."""
+        running[i]), padded to ``width`` pairs with pairs of row ``rows_in_batch`` (none);
+        only the padding where attention does not read them (`_reads_pairs`)."""
         rows = np.full(width, rows_in_batch, np.int32)
         pages, starts = np.zeros(width, np.int32), np.zeros(width, np.int32)
+        if not self._reads_pairs():
+            return PagePairs(rows, pages, starts)
         at = 0
         for i, seq in enumerate(running):
             k = len(seq.pages)

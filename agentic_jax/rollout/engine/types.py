@@ -77,7 +77,10 @@ class EngineConfig:
       twin for each row count (1, 2, 4, ... capped at prefill_rows; `Engine.warmup` compiles
       them too, each tracing the forward twice); the chunk rows are padded to this width and
       attend over a full block table (max_seq_len), work a CPU pays for.
-    attention_impl: decode attention, "xla" | "pallas" | "auto" (pallas on GPU/TPU).
+    attention_impl: decode attention, "xla" | "pallas" | "native" | "auto": "pallas" on
+      GPU/TPU; on CPU "native" (a compiled kernel reading the pool in place,
+      `kernels.cpu_native`) on one device where the host's C++ compiler builds it, else "xla"
+      (gathers of each row's pages). Speculative steps read pages with XLA on CPU.
     dtype: what the engine computes and keeps its KV cache in: "auto" (the model's own),
       "float32" or "bfloat16" (a float32 policy sampled in bfloat16, vLLM's usual setting:
       about half the memory traffic of a decode step; the trainer recomputes log-probs in its
@@ -175,8 +178,8 @@ class EngineConfig:
                              f"{self.reuse_programs!r}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto/float32/bfloat16, got {self.dtype!r}")
-        if self.attention_impl not in ("xla", "pallas", "auto"):
-            raise ValueError(f"attention_impl must be xla/pallas/auto, got "
+        if self.attention_impl not in ("xla", "pallas", "native", "auto"):
+            raise ValueError(f"attention_impl must be xla/pallas/native/auto, got "
                              f"{self.attention_impl!r}")
 
     def check(self, request: Request) -> None:
