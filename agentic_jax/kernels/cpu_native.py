@@ -7,7 +7,7 @@ threads: `paged_decode` is its entry point, the engine's decode attention on CPU
 (``attention_impl`` "native", chosen by "auto" on a one-device CPU engine).
 
 The source is compiled with the host's C++ compiler (``$CXX``, else ``c++``) into the
-package's cache (`agentic_jax.utils.files.default_cache_dir` / ``kernels``), keyed by the
+package's cache (`agentic_jax.cache.default_cache_dir` / ``kernels``), keyed by the
 source, the flags, the compiler, jaxlib's version and the CPU, and loaded once a process.
 Without a compiler (or with ``$CXX`` naming none), where the cache cannot be written, or with
 ``AGENTIC_JAX_NATIVE_KERNELS=0``, `available` says why and the engine keeps the XLA path.
@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_jax.utils.files import default_cache_dir
+from agentic_jax.cache import default_cache_dir
 
 log = logging.getLogger(__name__)
 

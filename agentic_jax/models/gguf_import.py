@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentic_jax.errors import UserError
-from agentic_jax.utils.files import default_cache_dir
+from agentic_jax.cache import default_cache_dir
 
 # The architectures whose GGUF tensors map one to one onto ours.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}

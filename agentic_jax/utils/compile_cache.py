@@ -8,7 +8,7 @@ a minute or more to compile in every process without it.
 
 Where: ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own variable), else ``xla/`` under the
 package's cache directory (``$AGENTIC_JAX_CACHE``, ``$XDG_CACHE_HOME/agentic_jax`` or
-``~/.cache/agentic_jax``, `agentic_jax.utils.files.default_cache_dir`).
+``~/.cache/agentic_jax``, `agentic_jax.cache.default_cache_dir`).
 ``AGENTIC_JAX_COMPILE_CACHE=0`` turns it off (``$JAX_COMPILATION_CACHE_DIR``, when set, is
 JAX's own switch and stays on). JAX keeps only programs that took
 at least a second to compile and evicts the least recently used past `MAX_BYTES`; a cache it
@@ -36,7 +36,7 @@ def enable_compile_cache() -> str | None:
         return None
     import jax
 
-    from agentic_jax.utils.files import default_cache_dir  # the package's cache
+    from agentic_jax.cache import default_cache_dir  # the package's cache
 
     directory = jax.config.jax_compilation_cache_dir
     if not directory:

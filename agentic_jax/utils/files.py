@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,16 +13,6 @@ MAX_JSON_DEPTH = 32  # request bodies and homework lines need 3; CPython's parse
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 # Each byte's change of nesting depth: +1 opens an array/object, -1 (255 as int8) closes one.
 _DEPTH_STEP = bytes(1 if b in b"[{" else 255 if b in b"]}" else 0 for b in range(256))
-
-
-def default_cache_dir() -> Path:
-    """The package's cache (models converted from GGUF in ``gguf/``, compiled programs in
-    ``xla/``, native kernels in ``kernels/``): ``$AGENTIC_JAX_CACHE``, else
-    ``$XDG_CACHE_HOME/agentic_jax``, else ``~/.cache/agentic_jax``."""
-    if os.environ.get("AGENTIC_JAX_CACHE"):
-        return Path(os.environ["AGENTIC_JAX_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentic_jax"
 
 
 def write_json(path: str, obj: Any, *, allow_nan: bool = True) -> None:

@@ -1,6 +1,6 @@
 """`models` imports nothing of the other packages (the sharded loader included) but the
-attention kernels, a leaf package below it that imports nothing of ours, and the error type
-(`agentic_jax.errors`, a module of no imports). `apps` never imports `serve` (the server passes
+attention kernels (a leaf package below it), the error type (`agentic_jax.errors`) and the
+cache directory (`agentic_jax.cache`), the last two modules of no imports of ours. `apps` never imports `serve` (the server passes
 what the apps need of it in); `inference` is below `serve`, `apps` and the commands, and
 imports neither the run's problems nor the benchmark readers. `episodes` (running a policy on
 problems) is below `training` and `evaluation`, and neither of those imports the other."""
@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parents[2] / "agentic_jax"
-_ALLOWED = ("agentic_jax.models", "agentic_jax.kernels", "agentic_jax.errors")
+_ALLOWED = ("agentic_jax.models", "agentic_jax.kernels", "agentic_jax.errors",
+            "agentic_jax.cache")
 
 
 def _imports(package: str) -> list[tuple[str, str]]:

@@ -42,7 +42,8 @@ def test_after_warmup_requests_of_any_length_and_batch_compile_nothing(model, pr
     monkeypatch.setattr(runner, "memory_maps", lambda: None)   # no drop between the counts
     engine = Engine(model, cfg)
     programs, seconds = engine.warmup()
-    assert programs > 5 and seconds > 0
+    # A decode program a row count (and a page-pair width on the XLA path), prefill's shapes.
+    assert programs > len(engine.runner.row_buckets) and seconds > 0
     before = _compiled()
     rng = np.random.default_rng(0)
     shared = rng.integers(3, 64, 17).tolist()   # two full pages a later prompt finds cached
@@ -79,8 +80,10 @@ def test_warmup_stops_short_of_the_memory_map_limit(model, monkeypatch, caplog):
         return 1000 + 1500 * max(0, len(calls) - 2), 10_000
 
     monkeypatch.setattr(runner, "memory_maps", maps)
+    # The XLA path: seven programs (a decode program a page-pair width too), more than four.
     engine = Engine(model, EngineConfig(num_slots=12, page_size=8, max_seq_len=64,
-                                        decode_steps=4, prefill_chunk=24, prefill_rows=2))
+                                        decode_steps=4, prefill_chunk=24, prefill_rows=2,
+                                        attention_impl="xla"))
     with caplog.at_level("WARNING"):
         programs, _ = engine.warmup()
     # 1,000 + 1,500 k + 1,500 <= 7,500 while k <= 3: four programs, then it stops.
