@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentic_jax.cache import default_cache_dir
+from agentic_jax.kernels.paged_attention import as_bits
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,6 @@ def library_path(compiler: str) -> Path:
 
 
 def _build(compiler: str, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
@@ -132,9 +132,7 @@ def paged_decode(q: jax.Array, k_pool: jax.Array, v_pool: jax.Array, layer: jax.
         raise RuntimeError(f"native paged decode attention is unavailable: {why}")
     if k_pool.ndim == 4:
         k_pool, v_pool, layer = k_pool[None], v_pool[None], 0
-    if k_pool.dtype == jnp.bfloat16:
-        k_pool = jax.lax.bitcast_convert_type(k_pool, jnp.uint16)
-        v_pool = jax.lax.bitcast_convert_type(v_pool, jnp.uint16)
+    k_pool, v_pool = as_bits(k_pool), as_bits(v_pool)   # bfloat16 -> its uint16 patterns
     if k_pool.dtype not in (jnp.float32, jnp.uint16) or v_pool.dtype != k_pool.dtype:
         raise ValueError(f"native paged decode: pools of {k_pool.dtype} / {v_pool.dtype}; "
                          f"float32 or bfloat16 expected")
