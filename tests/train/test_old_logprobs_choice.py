@@ -4,6 +4,7 @@ refused elsewhere, before anything is written; a training run with either gives 
 
 import json
 import os
+import shutil
 
 import pytest
 from train_testing import tiny_config
@@ -49,12 +50,15 @@ def _metrics(workdir):
 
 def test_a_run_with_either_gives_the_same_steps(tmp_path):
     """Three GRPO steps of the tiny model: the same tokens sampled, rewards, losses and gradient
-    norms (up to float rounding) with the pass of their own and without it."""
+    norms (up to float rounding) with the pass of their own and without it. The second run
+    takes the first one's finished warm start (it resumes at its end), so both start alike."""
     from train_testing import train
 
     runs = {}
     for setting in ("true", "auto"):
         workdir = str(tmp_path / setting)
+        if runs:   # the first run's finished warm start, which the second resumes at its end
+            shutil.copytree(tmp_path / "true" / "warmstart", tmp_path / setting / "warmstart")
         # A short warm start, after which some episodes give an answer and the others the
         # format penalty: rewards differ within groups, so the gradient is not 0.
         train(tiny_config(**GRPO_ONE_UPDATE, **{
@@ -63,6 +67,9 @@ def test_a_run_with_either_gives_the_same_steps(tmp_path):
             "warmstart.lr": 3e-2, "warmstart.shipped": False, "rl.format_penalty": 0.5,
             "training.recompute_old_logprobs": setting}), workdir, progress=False)
         runs[setting] = _metrics(workdir)
+    warm = [json.loads((tmp_path / name / "summary.json").read_text())["warmstart"]
+            for name in runs]
+    assert warm[0]["warmstart/loss"] == warm[1]["warmstart/loss"]  # one warm-started policy
     assert [r["step"] for r in runs["auto"]] == [1, 2, 3]
     # The first update compiles its step (counted; later ones may for a new packed row count).
     for run in runs.values():
