@@ -28,4 +28,7 @@ if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not i
     _XLA_CACHE = tempfile.mkdtemp(prefix="agentic_jax_tests_xla_")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    # A size limit turns on JAX's file lock around every read and write of the cache: without
+    # it an entry is written in place, and another worker could read it half-written.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
     atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
