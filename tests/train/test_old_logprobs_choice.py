@@ -48,6 +48,7 @@ def _metrics(workdir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # two training runs; the update itself: tests/rl/test_update_forward_logprobs.py
 def test_a_run_with_either_gives_the_same_steps(tmp_path):
     """Three GRPO steps of the tiny model: the same tokens sampled, rewards, losses and gradient
     norms (up to float rounding) with the pass of their own and without it. The second run
