@@ -2,6 +2,7 @@
 each, so one client's burst neither refuses nor long delays another's request."""
 
 import concurrent.futures as cf
+import threading
 import time
 
 import httpx
@@ -66,23 +67,30 @@ def test_a_burst_of_one_client_neither_refuses_nor_long_delays_another(tiny_poli
                          request_timeout_s=300)
     results = []
     with live_server(tiny_policy, limits) as (url, service):
-        # Each engine step takes at least 0.2 s, so the heavy requests queue up however fast
-        # the tiny model decodes (a few milliseconds a request otherwise), and a light request
-        # slowed on its way in by a loaded machine still finds the heavy one it arrived behind
-        # running.
+        # The engine's first step waits until the light request is queued: the heavy requests
+        # queue up however fast the tiny model decodes, and however slowly a loaded machine
+        # lets the light one in, it finds the heavy one it arrived behind still running.
         rollout, step = service.worker.service, service.worker.service.step
+        light_queued = threading.Event()
 
-        def slow_step(*args, **kwargs):
-            time.sleep(0.2)
+        def gated_step(*args, **kwargs):
+            light_queued.wait(120)
             return step(*args, **kwargs)
 
-        rollout.step = slow_step
+        rollout.step = gated_step
+        deadline = time.monotonic() + 120
         with cf.ThreadPoolExecutor(13) as pool:
             heavy = [pool.submit(_chat, url, "heavy", results) for _ in range(12)]
-            deadline = time.monotonic() + 60
-            while service.worker.queued < 6 and time.monotonic() < deadline:
+            # Every heavy request running (one), queued or refused before the light one comes.
+            while (service.worker.queued + sum(r[1] == 429 for r in results) < 11
+                   and time.monotonic() < deadline):
                 time.sleep(0.01)
-            light = _chat(url, "light", results)
+            queued = service.worker.queued
+            pending_light = pool.submit(_chat, url, "light", results)
+            while service.worker.queued <= queued and time.monotonic() < deadline:
+                time.sleep(0.01)
+            light_queued.set()
+            light = pending_light.result()
             codes = [f.result().status_code for f in heavy]
     assert light.status_code == 200, light.text
     assert codes.count(429) >= 4 and codes.count(200) >= 6  # its own share: 6 + 1 running

@@ -36,7 +36,8 @@ print(json.dumps({"directory": directory, "hits": len(hits),
 def _probe(env: dict) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("JAX_COMPILATION_CACHE_DIR", "AGENTIC_JAX_COMPILE_CACHE",
-                          "AGENTIC_JAX_CACHE")}
+                          "AGENTIC_JAX_CACHE", "JAX_COMPILATION_CACHE_MAX_SIZE",
+                          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
     out = subprocess.run([sys.executable, "-c", _PROBE], env={**clean, **env},
                          capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
