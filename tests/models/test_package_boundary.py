@@ -1,9 +1,10 @@
 """`models` imports nothing of the other packages (the sharded loader included) but the
 attention kernels (a leaf package below it), the error type (`agentic_jax.errors`) and the
-cache directory (`agentic_jax.cache`), the last two modules of no imports of ours. `apps` never imports `serve` (the server passes
-what the apps need of it in); `inference` is below `serve`, `apps` and the commands, and
-imports neither the run's problems nor the benchmark readers. `episodes` (running a policy on
-problems) is below `training` and `evaluation`, and neither of those imports the other."""
+cache directory (`agentic_jax.cache`), the last two modules of no imports of ours. `apps`
+never imports `serve` (the server passes what the apps need of it in); `inference` is below
+`serve`, `apps` and the commands, and imports neither the run's problems nor the benchmark
+readers. `episodes` (running a policy on problems) is below `training` and `evaluation`, and
+neither of those imports the other."""
 
 import ast
 import subprocess
