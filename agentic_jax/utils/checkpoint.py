@@ -35,7 +35,7 @@ from agentic_jax.errors import UserError
 
 logger = logging.getLogger(__name__)
 CORRUPT_SUFFIX = ".corrupt"
-_OS_ERROR = re.compile(r"([^:\"]+) \[os_error_code='(\d+)'\]")
+_OS_ERROR = re.compile(r"\[os_error_code='(\d+)'\]")
 _STATUS = re.compile(r"^([A-Z][A-Z_]+): ")
 
 
@@ -248,13 +248,15 @@ class Checkpointer:
 
 def cause(err: BaseException) -> str:
     """The reason an orbax / tensorstore error gives, in one line: "RESOURCE_EXHAUSTED: No
-    space left on device (errno 28)" rather than its paths and byte counts."""
+    space left on device (errno 28)" rather than its paths and byte counts. The reason is the
+    system's for the error number: the text before tensorstore's ``[os_error_code=...]`` is
+    not always it (a write that hit the file-size limit ended in a JSON spec)."""
     text = str(err).strip() or type(err).__name__
     found = _OS_ERROR.findall(text)
     if found:
         status = _STATUS.match(text)
-        reason, code = found[-1]
-        return f"{status.group(1) + ': ' if status else ''}{reason.strip()} (errno {code})"
+        code = int(found[-1])
+        return f"{status.group(1) + ': ' if status else ''}{os.strerror(code)} (errno {code})"
     if isinstance(err, OSError) and err.strerror:
         return f"{err.strerror} (errno {err.errno})"
     line = text.splitlines()[0]

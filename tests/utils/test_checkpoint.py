@@ -215,6 +215,11 @@ def test_cause_names_the_reason_in_one_line():
         'orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/d/04e97ae5": Failed to '
         "write 727670 bytes to file 7: No space left on device [os_error_code='28']")
     assert cause(full) == "RESOURCE_EXHAUSTED: No space left on device (errno 28)"
+    # The file-size limit, where the text before the error number is a JSON spec's tail.
+    too_large = ValueError(
+        'OUT_OF_RANGE: Error writing "w/0.0": Failed writing: {"driver": "file", "path": '
+        "\"/r/c/d/0a\", \"recheck_cached_data\": true}'] [os_error_code='27']")
+    assert cause(too_large) == "OUT_OF_RANGE: File too large (errno 27)"
     assert cause(OSError(122, "Disk quota exceeded")) == "Disk quota exceeded (errno 122)"
     assert cause(RuntimeError("first\nsecond")) == "first"
     assert cause(KeyError()) == "KeyError"
