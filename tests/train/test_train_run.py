@@ -323,15 +323,15 @@ def test_evaluations_store_outcomes_and_compare_paired(full_run, tmp_path):
 
 @pytest.mark.slow  # tests/train/test_grading.py runs verify mode on the sandbox by default
 def test_verify_reward_check_reaches_the_grader_with_the_sandbox(tmp_path, monkeypatch):
-    import agentic_jax.training.rollouts as rollouts_lib
+    import agentic_jax.episodes.grading as grading_lib
 
-    real, calls = rollouts_lib.grade_batch, []
+    real, calls = grading_lib.grade_batch, []
 
     def recording(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rollouts_lib, "grade_batch", recording)
+    monkeypatch.setattr(grading_lib, "grade_batch", recording)
     cfg = tiny_config(**{"rl.reward_check": "verify", "training.total_steps": 2})
     train(cfg, str(tmp_path / "verify"), progress=False)
     # Every grading of the run (steps and evaluations) used the verification layer, with the
