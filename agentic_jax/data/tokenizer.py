@@ -3,8 +3,9 @@
 The built-in tokenizer is trained with the `tokenizers` library on curriculum text in the tool
 format. Every digit is its own token (arithmetic stays learnable for small models), the code
 and output fences are single tokens, and <|endoftext|> (end and padding), <|im_start|> and
-<|im_end|> are special tokens. It is committed under assets/ and rebuilt by
-tools/build_tokenizer.py.
+<|im_end|> are special tokens. It is committed under assets/ and frozen there (the built-in
+models' ids and the shipped warm-start results depend on it); tools/build_tokenizer.py builds
+it again.
 """
 
 from __future__ import annotations
