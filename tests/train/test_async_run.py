@@ -38,6 +38,13 @@ def _recorded_off_policy(workdir):
     return rl["is_level"], rl["is_cap"]
 
 
+POOL_KEYS = ("engine_pages_in_use_mean", "engine_kv_peak_frac", "engine_pages_peak")
+
+
+def _without(record: dict, keys) -> dict:
+    return {k: v for k, v in record.items() if k not in keys}
+
+
 def test_zero_staleness_is_the_synchronous_run(tmp_path):
     train(_config(), str(tmp_path / "sync"), progress=False)
     sync = [comparable(r) for r in _records(str(tmp_path / "sync"))]
@@ -49,7 +56,11 @@ def test_zero_staleness_is_the_synchronous_run(tmp_path):
         records = _records(workdir)
         if mode == "fully_async":  # its steps went through the open loop, one at a time
             assert [r.pop("rollout_streamed") for r in records] == [0.0] * len(records)
-        assert [comparable(r) for r in records] == sync, mode
+        # The async producer gives the engine its own copy of the weights before step 1, which
+        # drops the prefix cache's pages of the initial evaluation: only the pool's occupancy
+        # at step 1 may differ.
+        assert [_without(comparable(r), POOL_KEYS) for r in records] == [
+            _without(r, POOL_KEYS) for r in sync], mode
 
 
 def test_one_step_off_killed_mid_queue_resumes_exactly(tmp_path):
@@ -133,7 +144,10 @@ def test_disaggregated_placement_trains_as_colocated(tmp_path, mode):
     assert len(runs["disaggregated"]) == len(runs["colocated"]) == 4
     for colocated, disaggregated in zip(runs["colocated"], runs["disaggregated"]):
         assert colocated.keys() == disaggregated.keys()
-        for key, value in colocated.items():
+        # The update's rows are padded to a multiple of the trainer's data shards: 8 devices
+        # colocated, 6 beside the sampler's 2.
+        assert colocated["update_rows"] % 8 == 0 and disaggregated["update_rows"] % 6 == 0
+        for key, value in _without(colocated, ("update_rows", "update_fill")).items():
             if not isinstance(value, float):
                 assert disaggregated[key] == value, key
                 continue
