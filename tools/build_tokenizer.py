@@ -7,8 +7,8 @@ Deterministic: the same curriculum gives the same files. The committed asset is 
 built-in models' token ids, their checkpoints and the shipped warm-start results
 (training/assets/warmstart) depend on it. It was built from an earlier curriculum; a build from
 today's splits every curriculum text into the same tokens but breaks some ties between equally
-frequent merges otherwise (other ids for 15 of its 843 learned tokens), so replacing it means
-retraining those results (`--replace_builtin`).
+frequent merges otherwise (15 of the 843 tokens of its BPE vocabulary differ), so replacing it
+means retraining those results (`--replace_builtin`).
 """
 
 from __future__ import annotations
