@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from agentic_jax.data import tokenizer
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None, help="output directory")
-    parser.add_argument("--replace_builtin", action="store_true",
-                        help="write over the committed asset (changes the built-in ids)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", help="output directory (not the committed asset's)")
+    where.add_argument("--replace_builtin", action="store_true",
+                       help="write over the committed asset (changes the built-in ids)")
     parser.add_argument("--vocab_size", type=int, default=tokenizer.DEFAULT_VOCAB_SIZE)
     parser.add_argument("--seed", type=int, default=0, help="curriculum seed of the corpus")
-    args = parser.parse_args()
-    if (args.out is None) == (not args.replace_builtin):
-        parser.error("give --out DIR, or --replace_builtin to write over the committed asset")
+    args = parser.parse_args(argv)
+    if args.out and Path(args.out).resolve() == tokenizer.ASSET_DIR.resolve():
+        parser.error(f"--out {args.out} is the committed asset: pass --replace_builtin instead")
     args.out = args.out or str(tokenizer.ASSET_DIR)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.info("building the corpus from the curriculum (seed %d)", args.seed)

@@ -100,20 +100,3 @@ def test_a_rebuild_is_deterministic_and_tokenizes_the_corpus_as_the_committed_as
     differ = [t for t in corpus if rebuilt.tokenize(t) != committed.tokenize(t)]
     assert not differ, f"{len(differ)} of {len(corpus)} texts split otherwise, e.g. {differ[0]!r}"
 
-
-def test_the_build_tool_never_writes_over_the_asset_unasked(monkeypatch, capsys):
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[2] / "tools" / "build_tokenizer.py"
-    spec = importlib.util.spec_from_file_location("build_tokenizer", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    before = (ASSET_DIR / "tokenizer.json").read_bytes()
-    monkeypatch.setattr(tool.tokenizer, "tokenizer_corpus", lambda seed: pytest.fail("built"))
-    for argv in ([], ["--out", "x", "--replace_builtin"]):
-        monkeypatch.setattr("sys.argv", ["build_tokenizer.py", *argv])
-        with pytest.raises(SystemExit):
-            tool.main()
-        assert "--replace_builtin" in capsys.readouterr().err
-    assert (ASSET_DIR / "tokenizer.json").read_bytes() == before
